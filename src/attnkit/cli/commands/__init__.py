@@ -1,0 +1,1 @@
+"""Sub-commands of the `attnkit` command line, one module each (see :mod:`attnkit.cli`)."""
