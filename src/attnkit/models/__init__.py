@@ -1,0 +1,5 @@
+"""Whole models: the encoder-decoder Transformer (and BERT-family encoders)."""
+
+from attnkit.models.transformer import Transformer, TransformerConfig
+
+__all__ = ["Transformer", "TransformerConfig"]

@@ -1,0 +1,167 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need", with the encode()/decode()
+split that beam search needs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.attention import padding_mask
+from attnkit.modules.decoder import Decoder
+from attnkit.modules.encoder import Encoder
+from attnkit.modules.kv_cache import KVCache
+from attnkit.modules.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+
+
+@dataclass
+class TransformerConfig:
+    """Sizes and switches of a :class:`Transformer`."""
+
+    src_vocab_size: int = 8000  # source vocabulary (the joint one when embeddings are shared)
+    tgt_vocab_size: int = 8000  # target vocabulary
+    d_model: int = 256  # model width
+    num_heads: int = 8  # attention heads per layer
+    num_encoder_layers: int = 3
+    num_decoder_layers: int = 3
+    d_ff: int = 1024  # feed-forward hidden width
+    dropout: float = 0.1  # embedding, residual and feed-forward dropout
+    attn_dropout: float = 0.1  # dropout on attention weights
+    activation: str = "relu"  # "relu" (the paper) or "gelu"
+    norm_first: bool = True  # pre-LN (stable with short schedules); False = the paper's post-LN
+    layer_norm_eps: float = 1e-5
+    max_len: int = 256  # longest source or target, in tokens with bos/eos
+    positional: str = "sinusoidal"  # "sinusoidal" (the paper) or "learned"
+    share_embeddings: bool = True  # one embedding table for source and target (joint vocab)
+    tie_output: bool = True  # output projection = target embedding matrix
+    pad_id: int = 0
+
+    def __post_init__(self) -> None:
+        if self.positional not in ("sinusoidal", "learned"):
+            raise ValueError(
+                f"positional: expected 'sinusoidal' or 'learned', got {self.positional!r}"
+            )
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                "share_embeddings needs one vocabulary, got src_vocab_size="
+                f"{self.src_vocab_size} and tgt_vocab_size={self.tgt_vocab_size}"
+            )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TransformerConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"TransformerConfig: unknown keys {unknown}; known: {sorted(known)}")
+        return cls(**d)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer for sequence-to-sequence tasks such as translation.
+
+    Args:
+        config: a :class:`TransformerConfig`.
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.pad_id)
+        self.tgt_embed = (
+            self.src_embed
+            if c.share_embeddings
+            else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id)
+        )
+        if c.positional == "sinusoidal":
+            self.positions = SinusoidalPositionalEncoding(c.d_model, c.max_len)
+        else:
+            self.positions = LearnedPositionalEmbedding(c.max_len, c.d_model)
+        self.embed_dropout = nn.Dropout(c.dropout)
+        layer = dict(
+            d_model=c.d_model,
+            num_heads=c.num_heads,
+            d_ff=c.d_ff,
+            dropout=c.dropout,
+            attn_dropout=c.attn_dropout,
+            activation=c.activation,
+            norm_first=c.norm_first,
+            layer_norm_eps=c.layer_norm_eps,
+        )
+        self.encoder = Encoder(c.num_encoder_layers, final_norm=c.norm_first, **layer)
+        self.decoder = Decoder(c.num_decoder_layers, final_norm=c.norm_first, **layer)
+        self.output = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        self._init_weights()
+        if c.tie_output:
+            self.output.weight = self.tgt_embed.weight
+
+    def _init_weights(self) -> None:
+        for name, p in self.named_parameters():
+            if p.dim() > 1 and "embed" not in name:
+                nn.init.xavier_uniform_(p)
+        for emb in {self.src_embed, self.tgt_embed}:
+            # With embeddings scaled by sqrt(d_model), N(0, d^-1/2) gives unit-scale inputs.
+            nn.init.normal_(emb.weight, std=self.config.d_model**-0.5)
+            with torch.no_grad():
+                emb.weight[self.config.pad_id].zero_()
+
+    def _embed(self, embedding: nn.Embedding, ids: Tensor, offset: int = 0) -> Tensor:
+        x = embedding(ids) * math.sqrt(self.config.d_model)  # (B, T, d_model)
+        return self.embed_dropout(self.positions(x, offset))
+
+    def encode(self, src: Tensor, *, return_weights: bool = False):
+        """Encode source ids (B, S).
+
+        Returns:
+            ``(memory, src_mask)``: memory (B, S, d_model) and the source key mask (B, 1, S)
+            (True = real token); with ``return_weights``, also the per-layer weights list.
+        """
+        if src.dim() != 2:
+            raise ValueError(f"src: expected token ids of shape (B, S), got {tuple(src.shape)}")
+        src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, S)
+        out = self.encoder(self._embed(self.src_embed, src), src_mask, return_weights=return_weights)
+        if return_weights:
+            return out[0], src_mask, out[1]
+        return out, src_mask
+
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None,
+        *,
+        caches: list[tuple[KVCache, KVCache]] | None = None,
+        offset: int = 0,
+        return_weights: bool = False,
+    ):
+        """Target ids (B, T) -> logits (B, T, tgt_vocab).
+
+        With ``caches`` (from :meth:`init_cache`), ``tgt`` holds only the new positions starting
+        at ``offset``; earlier keys and values come from the cache.
+        """
+        if tgt.dim() != 2:
+            raise ValueError(f"tgt: expected token ids of shape (B, T), got {tuple(tgt.shape)}")
+        x = self._embed(self.tgt_embed, tgt, offset)
+        out = self.decoder(
+            x, memory, None, src_mask, causal=True, caches=caches, return_weights=return_weights
+        )
+        if return_weights:
+            return self.output(out[0]), out[1], out[2]
+        return self.output(out)
+
+    def init_cache(
+        self, batch_size: int, max_len: int, memory: Tensor
+    ) -> list[tuple[KVCache, KVCache]]:
+        """Empty decoder caches for ``batch_size`` rows, ``max_len`` target positions."""
+        return self.decoder.init_cache(
+            batch_size, max_len, memory.shape[1], dtype=memory.dtype, device=memory.device
+        )
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        """Teacher forcing: source (B, S), target input (B, T) -> logits (B, T, tgt_vocab)."""
+        memory, src_mask = self.encode(src)
+        return self.decode(tgt, memory, src_mask)

@@ -1,0 +1,22 @@
+"""Building blocks: multi-head attention, positions, feed-forward, encoder and decoder layers."""
+
+from attnkit.modules.decoder import Decoder, DecoderLayer
+from attnkit.modules.encoder import Encoder, EncoderLayer
+from attnkit.modules.feed_forward import FeedForward
+from attnkit.modules.kv_cache import KVCache
+from attnkit.modules.multihead import MultiHeadAttention
+from attnkit.modules.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from attnkit.modules.residual import Residual
+
+__all__ = [
+    "Decoder",
+    "DecoderLayer",
+    "Encoder",
+    "EncoderLayer",
+    "FeedForward",
+    "KVCache",
+    "LearnedPositionalEmbedding",
+    "MultiHeadAttention",
+    "Residual",
+    "SinusoidalPositionalEncoding",
+]

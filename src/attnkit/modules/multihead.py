@@ -1,0 +1,149 @@
+"""Multi-head attention: self-attention with a fused QKV projection, cross-attention with a
+fused KV projection (seeds 001-004), all heads in one call of the core function."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnkit.attention import scaled_dot_product_attention
+from attnkit.modules.kv_cache import KVCache
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, head_i = Attention(Q W_i^Q, ...).
+
+    Parameters follow ``torch.nn.MultiheadAttention``: ``in_proj`` holds W^Q, W^K, W^V stacked
+    (3 * d_model, d_model), so self-attention is one matmul, and cross-attention uses its first
+    third for the queries and the other two thirds, fused, for keys and values. When the
+    context has another width (``kv_dim``), queries and keys/values get their own projections.
+
+    Args:
+        d_model: model width; split into ``num_heads`` heads of ``d_model // num_heads``.
+        num_heads: number of heads H.
+        dropout: dropout on the attention weights, in training only.
+        bias: whether the projections have biases.
+        kv_dim: width of the cross-attention context, if it differs from ``d_model``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        dropout: float = 0.0,
+        bias: bool = True,
+        kv_dim: int | None = None,
+    ) -> None:
+        super().__init__()
+        if d_model <= 0 or num_heads <= 0 or d_model % num_heads != 0:
+            raise ValueError(
+                f"d_model must be a positive multiple of num_heads, got d_model={d_model}, "
+                f"num_heads={num_heads}"
+            )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout: expected a probability in [0, 1), got {dropout}")
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.head_dim = d_model // num_heads
+        self.dropout = dropout
+        self.kv_dim = d_model if kv_dim is None else kv_dim
+        if self.kv_dim == d_model:
+            self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
+        else:
+            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.kv_proj = nn.Linear(self.kv_dim, 2 * d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+
+    def _project_q(self, x: Tensor) -> Tensor:
+        if self.kv_dim != self.d_model:
+            return self.q_proj(x)
+        d = self.d_model
+        bias = None if self.in_proj.bias is None else self.in_proj.bias[:d]
+        return F.linear(x, self.in_proj.weight[:d], bias)  # (B, T_q, D)
+
+    def _project_kv(self, context: Tensor) -> tuple[Tensor, Tensor]:
+        if self.kv_dim != self.d_model:
+            kv = self.kv_proj(context)
+        else:
+            d = self.d_model
+            bias = None if self.in_proj.bias is None else self.in_proj.bias[d:]
+            kv = F.linear(context, self.in_proj.weight[d:], bias)  # (B, T_k, 2D)
+        k, v = kv.chunk(2, dim=-1)  # (B, T_k, D) each
+        return self._split_heads(k), self._split_heads(v)
+
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        mask: Tensor | None = None,
+        *,
+        causal: bool = False,
+        return_weights: bool = False,
+        cache: KVCache | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Attend from ``x`` to itself, or to ``context`` (cross-attention).
+
+        Args:
+            x: (B, T_q, d_model) queries (and keys/values for self-attention).
+            context: (B, T_k, kv_dim) keys/values source for cross-attention.
+            mask: boolean (True = may attend) or additive; (T_q, T_k), (B, T_q, T_k) (for all
+                heads; a key mask is (B, 1, T_k)) or (B, H, T_q, T_k).
+            causal: forbid attending to later positions (aligned to the end with a cache).
+            return_weights: also return per-head weights (B, H, T_q, T_k).
+            cache: for decoding. Self-attention appends this step's keys/values and attends to
+                all of them; cross-attention fills it with the context's keys/values on the
+                first call and reuses them afterwards without projecting ``context`` again.
+
+        Returns:
+            (B, T_q, d_model), or ``(output, weights)``.
+        """
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"x: expected shape (B, T, {self.d_model}), got {tuple(x.shape)}")
+        b, t_q, _ = x.shape
+        cross = context is not None
+        if context is not None:
+            if context.dim() != 3 or context.shape[0] != b or context.shape[-1] != self.kv_dim:
+                raise ValueError(
+                    f"context: expected shape ({b}, T_k, {self.kv_dim}), got "
+                    f"{tuple(context.shape)}"
+                )
+        if not cross and self.kv_dim != self.d_model:
+            raise ValueError(
+                f"context: required, since kv_dim={self.kv_dim} differs from d_model={self.d_model}"
+            )
+
+        if not cross:
+            qkv = self.in_proj(x)  # (B, T_q, 3D)
+            qkv = qkv.view(b, t_q, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv.unbind(0)  # (B, H, T_q, hd) each
+            if cache is not None:
+                k, v = cache.update(k, v)  # (B, H, T_cached, hd)
+        else:
+            q = self._split_heads(self._project_q(x))  # (B, H, T_q, hd)
+            if cache is not None and cache.length > 0:
+                k, v = cache.get()
+            else:
+                k, v = self._project_kv(context)  # (B, H, T_k, hd)
+                if cache is not None:
+                    k, v = cache.update(k, v)
+
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(1)  # (B, 1, T_q, T_k): the same mask for every head
+        result = scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            mask,
+            causal=causal,
+            dropout=self.dropout if self.training else 0.0,
+            return_weights=return_weights,
+        )
+        out, weights = result if return_weights else (result, None)
+        out = out.transpose(1, 2).reshape(b, t_q, self.d_model)  # (B, T_q, D)
+        out = self.out_proj(out)
+        return (out, weights) if return_weights else out
