@@ -1,0 +1,97 @@
+"""`attnkit walkthrough`: seed 000's self-attention, step by step."""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "walkthrough"
+HELP = "print seed 000's self-attention computation step by step"
+DESCRIPTION = """\
+Follow one sentence through self-attention as seed 000 does: vocabulary, token ids,
+embedding (torch.manual_seed(SEED); nn.Embedding(50000, D_MODEL)), the projection matrices
+W_q, W_k, W_v (torch.manual_seed(SEED); torch.rand), the query, key and value of one token,
+its unnormalised scores, the softmax weights scaled by 1/sqrt(d_k), its context vector, and
+the whole SelfAttention output.
+
+With the defaults it prints the seed's own numbers:
+  attnkit walkthrough "The sun rises in the east" --seed 123
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "sentence", nargs="?", default="The sun rises in the east", help="words to attend over"
+    )
+    parser.add_argument("--seed", type=int, default=123, help="random seed (default 123)")
+    parser.add_argument("--d-model", type=int, default=3, help="embedding size (default 3)")
+    parser.add_argument("--d-k", type=int, default=2, help="query/key size (default 2)")
+    parser.add_argument("--d-v", type=int, default=4, help="value size (default 4)")
+    parser.add_argument(
+        "--token",
+        type=int,
+        default=None,
+        help="1-based position of the token followed step by step (default 3, the seed's "
+        "third token, or the last one in shorter sentences)",
+    )
+    parser.add_argument(
+        "--precision", type=int, default=4, help="decimals printed (default 4, as the seed)"
+    )
+
+
+def _fmt(t) -> str:
+    return str(t).replace("tensor(", "").removesuffix(")").replace("\n       ", "\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from attnkit.walkthrough import walkthrough
+
+    n_words = len(args.sentence.split())
+    token = args.token if args.token is not None else min(3, max(n_words, 1))
+    w = walkthrough(
+        args.sentence,
+        seed=args.seed,
+        d_model=args.d_model,
+        d_k=args.d_k,
+        d_v=args.d_v,
+        position=token - 1,
+    )
+    torch.set_printoptions(precision=args.precision, sci_mode=False)
+    t, name = len(w.tokens), w.tokens[w.position]
+    steps = [
+        ("Sentence", args.sentence),
+        ("1. Vocabulary (sorted words -> ids)", w.vocab),
+        ("2. Token ids", _fmt(w.token_ids)),
+        (
+            f"3. Embedding {t}x{args.d_model} (torch.manual_seed({args.seed}); "
+            f"nn.Embedding(50000, {args.d_model}))",
+            _fmt(w.embedded),
+        ),
+        (
+            f"4. W_q {args.d_model}x{args.d_k} (torch.manual_seed({args.seed}); torch.rand, "
+            "in the order W_q, W_k, W_v)",
+            _fmt(w.w_query),
+        ),
+        (f"   W_k {args.d_model}x{args.d_k}", _fmt(w.w_key)),
+        (f"   W_v {args.d_model}x{args.d_v}", _fmt(w.w_value)),
+        (f"5. Token {token} ({name!r}): query q = x W_q", _fmt(w.query)),
+        ("   key k = x W_k", _fmt(w.key)),
+        ("   value v = x W_v", _fmt(w.value)),
+        (f"6. Unnormalised scores omega = q K^T ({t} keys)", _fmt(w.scores)),
+        (f"7. Weights softmax(omega / sqrt(d_k)), d_k = {args.d_k}", _fmt(w.weights)),
+        (
+            f"   highest: {w.weights.max():.{args.precision}f} on token "
+            f"{int(w.weights.argmax()) + 1} ({w.tokens[int(w.weights.argmax())]!r})",
+            None,
+        ),
+        (f"8. Context vector = weights @ V ({args.d_v} values)", _fmt(w.context)),
+        (
+            f"9. SelfAttention({args.d_model}, {args.d_k}, {args.d_v}) on the whole sentence "
+            f"(torch.manual_seed({args.seed})): {t}x{args.d_v}",
+            _fmt(w.output),
+        ),
+    ]
+    for title, value in steps:
+        print(f"{title}\n" if value is None else f"{title}:\n{value}\n")
+    return 0
