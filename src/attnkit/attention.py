@@ -221,13 +221,19 @@ def scaled_dot_product_attention(
     if mask is not None:
         row_ok = _allowed(mask).any(dim=-1, keepdim=True)  # (..., T_q, 1)
         mask = mask.masked_fill(~row_ok, True if mask.dtype == torch.bool else 0.0)
-        if mask.is_floating_point():
-            mask = mask.to(query.dtype)
-    shape = (*batch, -1, -1)
+        if mask.is_floating_point() and mask.dtype != query.dtype:
+            # Softmax ignores a per-row constant: move each row's largest entry to 0 so that
+            # large finite values (-1e9) cannot overflow to -inf in a narrower dtype.
+            mask = mask.to(torch.promote_types(mask.dtype, query.dtype))
+            mask = (mask - mask.amax(dim=-1, keepdim=True)).to(query.dtype)
+    query, key, value = (
+        t if t.shape[:-2] == batch else t.expand(*batch, *t.shape[-2:])
+        for t in (query, key, value)
+    )
     out = F.scaled_dot_product_attention(
-        query.expand(*shape[:-2], *query.shape[-2:]),
-        key.expand(*shape[:-2], *key.shape[-2:]),
-        value.expand(*shape[:-2], *value.shape[-2:]),
+        query,
+        key,
+        value,
         attn_mask=mask,
         dropout_p=dropout,
         is_causal=causal,
