@@ -42,7 +42,8 @@ class KVCache:
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Append (B, H, T, hd) keys and values; return everything cached so far."""
-        if k.shape != v.shape or k.shape[0] != self.k.shape[0] or k.shape[1] != self.k.shape[1]:
+        b, h, _, hd = self.k.shape
+        if k.shape != v.shape or k.dim() != 4 or (k.shape[0], k.shape[1], k.shape[3]) != (b, h, hd):
             raise ValueError(
                 f"KVCache.update: expected k and v of shape ({self.k.shape[0]}, "
                 f"{self.k.shape[1]}, T, {self.k.shape[3]}), got {tuple(k.shape)} and "
@@ -63,6 +64,17 @@ class KVCache:
         return self.k[:, :, : self.length], self.v[:, :, : self.length]
 
     def reorder(self, index: Tensor) -> None:
-        """Keep rows ``index`` (B',) of the batch, e.g. the beams selected at this step."""
-        self.k = self.k.index_select(0, index)
-        self.v = self.v.index_select(0, index)
+        """Keep rows ``index`` (B',) of the batch, e.g. the beams selected at this step.
+
+        With as many rows as before (a beam step) only the filled positions are gathered and
+        written back in place, so the buffers keep their size and address and a step costs
+        O(length), not O(max_len); a shrinking batch (finished sentences) gets new buffers.
+        """
+        n = self.length
+        if index.shape[0] == self.k.shape[0]:
+            # The right side is gathered into a new tensor before the write: no aliasing.
+            self.k[:, :, :n] = self.k[:, :, :n].index_select(0, index)
+            self.v[:, :, :n] = self.v[:, :, :n].index_select(0, index)
+        else:
+            self.k = self.k.index_select(0, index)
+            self.v = self.v.index_select(0, index)

@@ -1,0 +1,197 @@
+"""EncoderLayer / Encoder against torch.nn.TransformerEncoderLayer / TransformerEncoder, and the
+Residual block they are made of."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnkit.modules import Encoder, EncoderLayer, Residual
+
+D, H, FF = 16, 4, 32
+TOL = dict(atol=1e-5, rtol=0)
+
+
+def _mha_pairs(ours, ref):
+    return [
+        (ours.in_proj.weight, ref.in_proj_weight),
+        (ours.in_proj.bias, ref.in_proj_bias),
+        (ours.out_proj.weight, ref.out_proj.weight),
+        (ours.out_proj.bias, ref.out_proj.bias),
+    ]
+
+
+def _linear_pairs(ours, ref):
+    return [(ours.weight, ref.weight), (ours.bias, ref.bias)]
+
+
+def encoder_layer_pairs(ours: EncoderLayer, ref: nn.TransformerEncoderLayer):
+    """(attnkit parameter, torch parameter) for every parameter of an encoder layer."""
+    return [
+        *_mha_pairs(ours.self_attn, ref.self_attn),
+        *_linear_pairs(ours.ffn.linear1, ref.linear1),
+        *_linear_pairs(ours.ffn.linear2, ref.linear2),
+        *_linear_pairs(ours.attn_block.norm, ref.norm1),
+        *_linear_pairs(ours.ffn_block.norm, ref.norm2),
+    ]
+
+
+def load_torch_weights(ours: nn.Module, ref: nn.Module, pairs) -> None:
+    """Copy torch's weights into attnkit's; every parameter on both sides must be mapped."""
+    assert len(pairs) == len(list(ours.parameters())) == len(list(ref.parameters()))
+    with torch.no_grad():
+        for mine, theirs in pairs:
+            assert mine.shape == theirs.shape
+            mine.copy_(theirs)
+
+
+def _perturb(module: nn.Module) -> None:
+    # Random biases and LayerNorm affine parameters (torch starts them at 0 and 1), and
+    # different weights per layer of a stack, so that any mix-up in the mapping shows.
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+
+
+def make_layer_pair(norm_first, activation, dropout=0.0, seed=0):
+    torch.manual_seed(seed)
+    kw = dict(dropout=dropout, activation=activation, norm_first=norm_first)
+    ref = nn.TransformerEncoderLayer(D, H, FF, batch_first=True, **kw)
+    _perturb(ref)
+    ours = EncoderLayer(D, H, FF, **kw)
+    load_torch_weights(ours, ref, encoder_layer_pairs(ours, ref))
+    return ours, ref
+
+
+def source_padding(lengths, s):
+    """torch's src_key_padding_mask (True = pad) and attnkit's key mask (True = real)."""
+    pad = torch.arange(s)[None, :] >= torch.tensor(lengths)[:, None]  # (B, S)
+    return pad, ~pad[:, None, :]  # (B, S), (B, 1, S)
+
+
+def _set_mode(mode, *modules):
+    for m in modules:
+        m.train(mode == "train")
+    # eval also runs under no_grad, where torch takes its fused "fast path" encoder kernels
+    return torch.no_grad() if mode == "eval" else contextlib.nullcontext()
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_layer_matches_torch(norm_first, activation, mode):
+    ours, ref = make_layer_pair(norm_first, activation)
+    x = torch.randn(3, 5, D)
+    pad, keep = source_padding([5, 3, 1], 5)
+    with _set_mode(mode, ours, ref):
+        expected = ref(x, src_key_padding_mask=pad)
+        out = ours(x, keep)
+        out_w, _ = ours(x, keep, return_weights=True)
+    torch.testing.assert_close(out, expected, **TOL)
+    torch.testing.assert_close(out_w, expected, **TOL)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_layer_without_mask_matches_torch(norm_first):
+    ours, ref = make_layer_pair(norm_first, "relu")
+    x = torch.randn(2, 4, D)
+    torch.testing.assert_close(ours(x), ref(x), **TOL)
+    x1 = torch.randn(1, 1, D)  # batch size 1, length 1
+    torch.testing.assert_close(ours(x1), ref(x1), **TOL)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_layer_weights_are_torch_self_attention_weights(norm_first):
+    ours, ref = make_layer_pair(norm_first, "gelu")
+    x = torch.randn(2, 5, D)
+    pad, keep = source_padding([5, 2], 5)
+    _, w = ours(x, keep, return_weights=True)
+    h = ref.norm1(x) if norm_first else x  # what the attention sublayer sees
+    _, expected_w = ref.self_attn(h, h, h, key_padding_mask=pad, average_attn_weights=False)
+    assert w.shape == (2, H, 5, 5)
+    torch.testing.assert_close(w, expected_w, **TOL)
+    assert (w[1, :, :, 2:] == 0).all()
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_stack_matches_torch(norm_first, activation, mode):
+    torch.manual_seed(1)
+    kw = dict(dropout=0.0, activation=activation, norm_first=norm_first)
+    ref = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(D, H, FF, batch_first=True, **kw),
+        num_layers=2,
+        norm=nn.LayerNorm(D) if norm_first else None,
+        enable_nested_tensor=False,
+    )
+    _perturb(ref)
+    ours = Encoder(2, final_norm=norm_first, d_model=D, num_heads=H, d_ff=FF, **kw)
+    pairs = [
+        p for a, b in zip(ours.layers, ref.layers, strict=True) for p in encoder_layer_pairs(a, b)
+    ]
+    if norm_first:
+        pairs += _linear_pairs(ours.norm, ref.norm)
+    load_torch_weights(ours, ref, pairs)
+
+    x = torch.randn(3, 6, D)
+    pad, keep = source_padding([6, 4, 2], 6)
+    with _set_mode(mode, ours, ref):
+        expected = ref(x, src_key_padding_mask=pad)
+        out = ours(x, keep)
+        out_w, weights = ours(x, keep, return_weights=True)
+    torch.testing.assert_close(out, expected, **TOL)
+    torch.testing.assert_close(out_w, expected, **TOL)
+    assert len(weights) == 2 and all(w.shape == (3, H, 6, 6) for w in weights)
+
+
+def test_dropout_in_train_mode_is_random_and_seeded_and_off_in_eval():
+    ours, _ = make_layer_pair(False, "relu", dropout=0.3)
+    plain, ref = make_layer_pair(False, "relu", dropout=0.0)
+    x = torch.randn(2, 5, D)
+    ours.train()
+
+    def run(seed=None):
+        if seed is not None:
+            torch.manual_seed(seed)
+        return ours(x)
+
+    assert not torch.equal(run(), run())
+    torch.testing.assert_close(run(seed=5), run(seed=5), rtol=0, atol=0)
+    ours.eval()
+    torch.testing.assert_close(ours(x), plain(x), **TOL)
+    torch.testing.assert_close(ours(x), ref(x), **TOL)
+
+
+# --------------------------------------------------------------------------- Residual
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_residual_formula(norm_first):
+    torch.manual_seed(0)
+    block = Residual(D, dropout=0.0, norm_first=norm_first, eps=1e-6)
+    _perturb(block)
+    f = nn.Linear(D, D)
+    x = torch.randn(2, 3, D)
+    w, b = block.norm.weight, block.norm.bias
+    if norm_first:  # x + f(LN(x))
+        expected = x + f(F.layer_norm(x, (D,), w, b, eps=1e-6))
+    else:  # LN(x + f(x))
+        expected = F.layer_norm(x + f(x), (D,), w, b, eps=1e-6)
+    torch.testing.assert_close(block(x, f), expected)
+    # An extra return value (the attention weights) is passed through untouched.
+    extra = torch.randn(4)
+    y, passed = block(x, lambda h: (f(h), extra))
+    torch.testing.assert_close(y, expected)
+    assert passed is extra
+
+
+def test_residual_dropout_acts_on_the_sublayer_output_only():
+    block = Residual(D, dropout=0.5, norm_first=True, eps=1e-5)
+    x = torch.randn(4, 8, D)
+    y = block(x, lambda h: torch.zeros_like(h))
+    torch.testing.assert_close(y, x)  # dropout of a zero update leaves the residual path

@@ -1,0 +1,130 @@
+"""KVCache: the preallocated buffers, and incremental decoding through MultiHeadAttention and
+the Decoder stack (one token at a time equals the whole sequence at once)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnkit.modules import Decoder, KVCache, MultiHeadAttention
+
+TOL = dict(atol=1e-5, rtol=0)
+
+
+def test_update_appends_and_returns_everything_so_far():
+    cache = KVCache(2, 3, 5, 4)
+    assert cache.length == 0 and cache.max_len == 5
+    k1, v1 = torch.randn(2, 3, 2, 4), torch.randn(2, 3, 2, 4)
+    k, v = cache.update(k1, v1)
+    assert torch.equal(k, k1) and torch.equal(v, v1) and cache.length == 2
+    k2, v2 = torch.randn(2, 3, 1, 4), torch.randn(2, 3, 1, 4)
+    k, v = cache.update(k2, v2)
+    assert torch.equal(k, torch.cat([k1, k2], 2)) and torch.equal(v, torch.cat([v1, v2], 2))
+    gk, gv = cache.get()
+    assert torch.equal(gk, k) and torch.equal(gv, v) and cache.length == 3
+
+
+def test_buffers_follow_dtype():
+    cache = KVCache(1, 2, 4, 3, dtype=torch.bfloat16)
+    assert cache.k.dtype == cache.v.dtype == torch.bfloat16
+    k, _ = cache.update(torch.randn(1, 2, 1, 3, dtype=torch.bfloat16), torch.zeros(1, 2, 1, 3))
+    assert k.dtype == torch.bfloat16
+
+
+def test_overflow_raises():
+    cache = KVCache(1, 2, 4, 3)
+    cache.update(torch.zeros(1, 2, 3, 3), torch.zeros(1, 2, 3, 3))
+    with pytest.raises(ValueError, match=r"5 positions exceed the cache's max_len=4"):
+        cache.update(torch.zeros(1, 2, 2, 3), torch.zeros(1, 2, 2, 3))
+    assert cache.length == 3  # a failed update leaves the cache as it was
+    cache.update(torch.zeros(1, 2, 1, 3), torch.zeros(1, 2, 1, 3))
+    assert cache.length == 4
+
+
+@pytest.mark.parametrize(
+    "k_shape,v_shape",
+    [
+        ((2, 2, 1, 3), (2, 2, 1, 3)),  # batch
+        ((1, 4, 1, 3), (1, 4, 1, 3)),  # heads
+        ((1, 2, 1, 5), (1, 2, 1, 5)),  # head_dim
+        ((1, 2, 1, 3), (1, 2, 2, 3)),  # k and v disagree
+    ],
+)
+def test_wrong_shapes_raise(k_shape, v_shape):
+    cache = KVCache(1, 2, 4, 3)
+    with pytest.raises(ValueError, match=r"expected k and v of shape \(1, 2, T, 3\)"):
+        cache.update(torch.zeros(k_shape), torch.zeros(v_shape))
+
+
+def test_reorder_selects_rows():
+    cache = KVCache(3, 2, 4, 2)
+    k, v = torch.randn(3, 2, 2, 2), torch.randn(3, 2, 2, 2)
+    cache.update(k, v)
+    index = torch.tensor([2, 0, 0])  # beams: keep row 2, and row 0 twice
+    cache.reorder(index)
+    gk, gv = cache.get()
+    assert torch.equal(gk, k[index]) and torch.equal(gv, v[index])
+    # Later steps write into the reordered rows only.
+    k2, v2 = torch.randn(3, 2, 1, 2), torch.randn(3, 2, 1, 2)
+    gk, gv = cache.update(k2, v2)
+    assert torch.equal(gk, torch.cat([k[index], k2], 2))
+    assert torch.equal(gv, torch.cat([v[index], v2], 2))
+    cache.reorder(torch.tensor([1]))  # the batch may shrink
+    assert cache.get()[0].shape == (1, 2, 3, 2)
+    assert torch.equal(cache.get()[0], torch.cat([k[index], k2], 2)[1:2])
+
+
+def test_self_attention_one_token_at_a_time_equals_causal_attention():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 2).eval()
+    x = torch.randn(2, 5, 8)
+    full, full_w = mha(x, causal=True, return_weights=True)
+    cache = KVCache(2, 2, 5, 4)
+    steps = []
+    for t in range(5):
+        out, w = mha(x[:, t : t + 1], causal=True, cache=cache, return_weights=True)
+        torch.testing.assert_close(w[..., 0, :], full_w[..., t, : t + 1], **TOL)
+        steps.append(out)
+    torch.testing.assert_close(torch.cat(steps, 1), full, **TOL)
+    # A prefill of several positions, then single steps (the gpt-fast split).
+    cache = KVCache(2, 2, 5, 4)
+    prefill = mha(x[:, :3], causal=True, cache=cache)
+    rest = [mha(x[:, t : t + 1], causal=True, cache=cache) for t in (3, 4)]
+    torch.testing.assert_close(torch.cat([prefill, *rest], 1), full, **TOL)
+
+
+def test_cross_attention_cache_is_filled_once_and_reused():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 2).eval()
+    x, context = torch.randn(2, 3, 8), torch.randn(2, 6, 8)
+    expected = mha(x, context)
+    cache = KVCache(2, 2, 6, 4)
+    first = mha(x[:, :1], context, cache=cache)
+    assert cache.length == 6
+    # Later steps read the cached keys/values, not the context they are given.
+    later = mha(x[:, 1:], torch.zeros_like(context), cache=cache)
+    assert cache.length == 6
+    torch.testing.assert_close(torch.cat([first, later], 1), expected, **TOL)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_with_caches_equals_full_decode(norm_first):
+    torch.manual_seed(0)
+    dec = Decoder(
+        2,
+        final_norm=norm_first,
+        d_model=8,
+        num_heads=2,
+        d_ff=16,
+        dropout=0.0,
+        norm_first=norm_first,
+    ).eval()
+    tgt, memory = torch.randn(3, 4, 8), torch.randn(3, 5, 8)
+    keep = torch.arange(5)[None, None, :] < torch.tensor([5, 3, 1])[:, None, None]  # (B, 1, S)
+    full = dec(tgt, memory, memory_mask=keep)
+    caches = dec.init_cache(3, 4, 5)
+    assert len(caches) == 2 and caches[0][0].max_len == 4 and caches[0][1].max_len == 5
+    steps = [dec(tgt[:, t : t + 1], memory, memory_mask=keep, caches=caches) for t in range(4)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, **TOL)
+    with pytest.raises(ValueError, match=r"max_len=4"):
+        dec(tgt[:, :1], memory, memory_mask=keep, caches=caches)

@@ -1,0 +1,273 @@
+"""MultiHeadAttention against torch.nn.MultiheadAttention (batch_first=True), same weights."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from attnkit.attention import causal_mask
+from attnkit.modules import MultiHeadAttention
+
+D, H = 8, 2
+TOL = dict(atol=1e-6, rtol=0)
+
+
+def make_pair(*, kv_dim=None, bias=True, dropout=0.0, seed=0):
+    """A torch.nn.MultiheadAttention with random weights and biases, and an attnkit copy."""
+    torch.manual_seed(seed)
+    ref = nn.MultiheadAttention(
+        D, H, dropout=dropout, bias=bias, batch_first=True, kdim=kv_dim, vdim=kv_dim
+    )
+    # torch initialises biases to zero; random ones make a misplaced bias visible.
+    for p in ref.parameters():
+        nn.init.normal_(p, std=0.3)
+    ours = MultiHeadAttention(D, H, dropout=dropout, bias=bias, kv_dim=kv_dim)
+    pairs = [(ours.out_proj.weight, ref.out_proj.weight)]
+    if kv_dim is None:
+        pairs.append((ours.in_proj.weight, ref.in_proj_weight))
+    else:
+        kv_weight = torch.cat([ref.k_proj_weight, ref.v_proj_weight])  # (2D, kv_dim)
+        pairs += [(ours.q_proj.weight, ref.q_proj_weight), (ours.kv_proj.weight, kv_weight)]
+    if bias:
+        pairs.append((ours.out_proj.bias, ref.out_proj.bias))
+        if kv_dim is None:
+            pairs.append((ours.in_proj.bias, ref.in_proj_bias))
+        else:
+            pairs += [
+                (ours.q_proj.bias, ref.in_proj_bias[:D]),
+                (ours.kv_proj.bias, ref.in_proj_bias[D:]),
+            ]
+    with torch.no_grad():
+        for mine, theirs in pairs:
+            mine.copy_(theirs)
+    return ours, ref
+
+
+def key_padding(lengths, t_k):
+    """torch's key_padding_mask (True = ignore) and attnkit's key mask (True = may attend)."""
+    ignore = torch.arange(t_k)[None, :] >= torch.tensor(lengths)[:, None]  # (B, T_k)
+    return ignore, ~ignore[:, None, :]  # (B, T_k), (B, 1, T_k)
+
+
+def _max_diff(a, b):
+    return (a - b).abs().max().item()
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_self_attention_matches_torch(mode, bias):
+    ours, ref = make_pair(bias=bias)
+    ours.train(mode == "train")
+    ref.train(mode == "train")
+    x = torch.randn(3, 5, D)
+    expected, _ = ref(x, x, x, need_weights=False)
+    torch.testing.assert_close(ours(x), expected, **TOL)
+    torch.testing.assert_close(ours(x, return_weights=True)[0], expected, **TOL)
+
+
+def test_cross_attention_matches_torch():
+    ours, ref = make_pair()
+    x, context = torch.randn(2, 3, D), torch.randn(2, 6, D)
+    expected, expected_w = ref(x, context, context, average_attn_weights=False)
+    out, w = ours(x, context, return_weights=True)
+    torch.testing.assert_close(out, expected, **TOL)
+    torch.testing.assert_close(w, expected_w, **TOL)
+    torch.testing.assert_close(ours(x, context), expected, **TOL)
+
+
+@pytest.mark.parametrize("return_weights", [True, False])
+def test_key_padding_mask_matches_torch(return_weights):
+    ours, ref = make_pair()
+    x, context = torch.randn(3, 4, D), torch.randn(3, 6, D)
+    ignore, keep = key_padding([6, 2, 4], 6)
+    expected, _ = ref(x, context, context, key_padding_mask=ignore)
+    res = ours(x, context, keep, return_weights=return_weights)
+    torch.testing.assert_close(res[0] if return_weights else res, expected, **TOL)
+    # Changing what sits under the padding must not change anything.
+    context2 = context.clone()
+    context2[1, 2:] = 100.0
+    res2 = ours(x, context2, keep, return_weights=return_weights)
+    torch.testing.assert_close(res2[0] if return_weights else res2, expected, **TOL)
+
+
+@pytest.mark.parametrize("how", ["causal=True", "additive mask", "boolean mask"])
+@pytest.mark.parametrize("return_weights", [True, False])
+def test_causal_self_attention_matches_torch(how, return_weights):
+    ours, ref = make_pair()
+    t = 5
+    x = torch.randn(2, t, D)
+    generated = nn.Transformer.generate_square_subsequent_mask(t)  # 0 / -inf, (T, T)
+    expected, _ = ref(x, x, x, attn_mask=generated, is_causal=True, need_weights=False)
+    kwargs = {
+        "causal=True": dict(causal=True),
+        "additive mask": dict(mask=generated),
+        "boolean mask": dict(mask=causal_mask(t)),
+    }[how]
+    res = ours(x, return_weights=return_weights, **kwargs)
+    torch.testing.assert_close(res[0] if return_weights else res, expected, **TOL)
+
+
+def test_causal_plus_key_padding_matches_torch():
+    ours, ref = make_pair()
+    x = torch.randn(3, 5, D)
+    ignore, keep = key_padding([5, 3, 1], 5)
+    generated = nn.Transformer.generate_square_subsequent_mask(5)
+    ignore_add = torch.zeros(ignore.shape).masked_fill(ignore, float("-inf"))  # same type
+    expected, expected_w = ref(
+        x, x, x, attn_mask=generated, key_padding_mask=ignore_add, average_attn_weights=False
+    )
+    out, w = ours(x, mask=keep, causal=True, return_weights=True)
+    torch.testing.assert_close(out, expected, **TOL)
+    torch.testing.assert_close(w, expected_w, **TOL)
+    torch.testing.assert_close(ours(x, mask=keep, causal=True), expected, **TOL)
+
+
+def test_per_head_weights_match_torch():
+    ours, ref = make_pair()
+    x, context = torch.randn(2, 4, D), torch.randn(2, 7, D)
+    ignore, keep = key_padding([7, 3], 7)
+    out_t, w_t = ref(
+        x, context, context, key_padding_mask=ignore, need_weights=True, average_attn_weights=False
+    )
+    _, w_avg = ref(x, context, context, key_padding_mask=ignore, need_weights=True)
+    out, w = ours(x, context, keep, return_weights=True)
+    assert w.shape == (2, H, 4, 7) == w_t.shape
+    torch.testing.assert_close(out, out_t, **TOL)
+    torch.testing.assert_close(w, w_t, **TOL)
+    torch.testing.assert_close(w.mean(dim=1), w_avg, **TOL)
+
+
+def test_per_head_mask_matches_torch_3d_attn_mask():
+    ours, ref = make_pair()
+    x = torch.randn(2, 4, D)
+    keep = torch.rand(2, H, 4, 4) < 0.6
+    keep[..., 0] = True  # at least one key per row (torch would give NaN otherwise)
+    # torch: True = not allowed, one (T_q, T_k) mask per (batch, head), shape (B * H, T_q, T_k)
+    expected, expected_w = ref(
+        x, x, x, attn_mask=~keep.reshape(2 * H, 4, 4), average_attn_weights=False
+    )
+    out, w = ours(x, mask=keep, return_weights=True)
+    torch.testing.assert_close(out, expected, **TOL)
+    torch.testing.assert_close(w, expected_w, **TOL)
+    torch.testing.assert_close(ours(x, mask=keep), expected, **TOL)
+
+
+@pytest.mark.parametrize("return_weights", [True, False])
+def test_kv_dim_cross_attention_matches_torch(return_weights):
+    ours, ref = make_pair(kv_dim=5)
+    assert not hasattr(ours, "in_proj")
+    x, context = torch.randn(2, 3, D), torch.randn(2, 6, 5)
+    ignore, keep = key_padding([6, 4], 6)
+    expected, expected_w = ref(
+        x, context, context, key_padding_mask=ignore, average_attn_weights=False
+    )
+    res = ours(x, context, keep, return_weights=return_weights)
+    if return_weights:
+        torch.testing.assert_close(res[0], expected, **TOL)
+        torch.testing.assert_close(res[1], expected_w, **TOL)
+    else:
+        torch.testing.assert_close(res, expected, **TOL)
+
+
+def test_fully_masked_row_gives_zeros_where_torch_gives_nan():
+    ours, ref = make_pair()
+    x = torch.randn(2, 4, D)
+    keep = torch.ones(4, 4, dtype=torch.bool)
+    keep[2] = False  # query 2 may attend to nothing
+    out_t, w_t = ref(x, x, x, attn_mask=~keep, average_attn_weights=False)
+    assert torch.isnan(out_t[:, 2]).all() and torch.isnan(w_t[:, :, 2]).all()  # torch: NaN
+    for return_weights in (True, False):
+        res = ours(x, mask=keep, return_weights=return_weights)
+        out = res[0] if return_weights else res
+        assert torch.isfinite(out).all()
+        # The attention output of that row is zero, so the layer gives out_proj(0) = its bias.
+        torch.testing.assert_close(out[:, 2], ours.out_proj.bias.expand(2, D), rtol=0, atol=0)
+        rows = [0, 1, 3]
+        torch.testing.assert_close(out[:, rows], out_t[:, rows], **TOL)
+        if return_weights:
+            assert (res[1][:, :, 2] == 0).all()
+            torch.testing.assert_close(res[1][:, :, rows], w_t[:, :, rows], **TOL)
+
+
+def test_batch_size_one_and_length_one():
+    ours, ref = make_pair()
+    for t_q, t_k in [(1, 1), (1, 4), (3, 1)]:
+        x, context = torch.randn(1, t_q, D), torch.randn(1, t_k, D)
+        expected, _ = ref(x, context, context)
+        torch.testing.assert_close(ours(x, context), expected, **TOL)
+    x = torch.randn(1, 1, D)
+    torch.testing.assert_close(ours(x, causal=True), ref(x, x, x)[0], **TOL)
+
+
+def test_d_model_not_divisible_by_heads_raises():
+    with pytest.raises(ValueError, match=r"d_model=10.*num_heads=3"):
+        MultiHeadAttention(10, 3)
+    with pytest.raises(ValueError, match=r"d_model=8.*num_heads=0"):
+        MultiHeadAttention(8, 0)
+
+
+def test_bad_shapes_raise():
+    mha = MultiHeadAttention(D, H)
+    with pytest.raises(ValueError, match=r"x: expected shape \(B, T, 8\), got \(2, 3, 6\)"):
+        mha(torch.randn(2, 3, 6))
+    with pytest.raises(ValueError, match=r"x: expected shape \(B, T, 8\), got \(3, 8\)"):
+        mha(torch.randn(3, 8))
+    with pytest.raises(ValueError, match=r"context: expected shape \(2, T_k, 8\), got \(3, 4, 8\)"):
+        mha(torch.randn(2, 3, D), torch.randn(3, 4, D))
+    with pytest.raises(ValueError, match=r"dropout: .*got 1\.0"):
+        MultiHeadAttention(D, H, dropout=1.0)
+    cross = MultiHeadAttention(D, H, kv_dim=5)
+    with pytest.raises(ValueError, match=r"context: required.*kv_dim=5.*d_model=8"):
+        cross(torch.randn(2, 3, D))
+
+
+def test_gradcheck_double_module():
+    ours, _ = make_pair()
+    ours.double()
+    x = torch.randn(2, 3, D, dtype=torch.float64, requires_grad=True)
+    context = torch.randn(2, 4, D, dtype=torch.float64, requires_grad=True)
+    keep = torch.ones(2, 1, 4, dtype=torch.bool)
+    keep[1, 0, 1:] = False
+
+    def f(x, context):
+        a = ours(x, causal=True)
+        b, w = ours(x, context, keep, return_weights=True)
+        return a, b, w
+
+    assert torch.autograd.gradcheck(f, (x, context))
+
+
+# --------------------------------------------------------------------------- dropout
+
+
+def test_dropout_in_train_mode_is_random_and_seeded():
+    ours, _ = make_pair(dropout=0.5)
+    ours.train()
+    x = torch.randn(2, 6, D)
+    for return_weights in (False, True):
+
+        def run(seed=None, return_weights=return_weights):
+            if seed is not None:
+                torch.manual_seed(seed)
+            res = ours(x, return_weights=return_weights)
+            return res[0] if return_weights else res
+
+        assert not torch.equal(run(), run())
+        torch.testing.assert_close(run(seed=3), run(seed=3), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("return_weights", [True, False])
+def test_attention_dropout_is_off_in_eval_mode(return_weights):
+    with_dropout, ref = make_pair(dropout=0.5)
+    without, _ = make_pair(dropout=0.0)
+    with_dropout.eval()
+    ref.eval()
+    x = torch.randn(2, 6, D)
+    a = with_dropout(x, return_weights=return_weights)
+    b = with_dropout(x, return_weights=return_weights)
+    c = without(x, return_weights=return_weights)
+    a, b, c = (r[0] if return_weights else r for r in (a, b, c))
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    torch.testing.assert_close(a, c, **TOL)
+    torch.testing.assert_close(a, ref(x, x, x)[0], **TOL)

@@ -1,0 +1,483 @@
+"""The numerical core: scaled_dot_product_attention and the mask helpers.
+
+Reference values come from a float64 softmax(Q K^T * scale + mask) V written out below, with
+its own masking and causal logic (it does not call anything from attnkit).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attnkit.attention import (
+    causal_mask,
+    lengths_to_mask,
+    padding_mask,
+    scaled_dot_product_attention,
+)
+
+DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]
+# Output tolerances against the float64 reference (inputs are rounded to the dtype first, so
+# only the arithmetic inside the attention counts). Half precision: about 8 ulps of O(1) values.
+TOL = {
+    torch.float64: dict(atol=1e-12, rtol=1e-12),
+    torch.float32: dict(atol=1e-5, rtol=1e-5),
+    torch.bfloat16: dict(atol=4e-2, rtol=4e-2),
+    torch.float16: dict(atol=5e-3, rtol=5e-3),
+}
+
+
+def reference_attention(q, k, v, mask=None, *, causal=False, scale=None):
+    """float64 softmax(Q K^T * scale + mask) V; rows with no allowed key get zeros."""
+    q, k, v = q.double(), k.double(), v.double()
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = q @ k.transpose(-2, -1) * scale  # (..., T_q, T_k)
+    allowed = torch.ones(scores.shape, dtype=torch.bool)
+    if mask is not None and mask.dtype == torch.bool:
+        allowed = allowed & mask
+    elif mask is not None:
+        allowed = allowed & (mask != float("-inf"))
+        scores = scores + torch.where(allowed, mask.double(), torch.zeros((), dtype=torch.float64))
+    if causal:
+        i = torch.arange(t_q)[:, None]
+        j = torch.arange(t_k)[None, :]
+        allowed = allowed & (j <= i + (t_k - t_q))  # end-aligned
+    allowed = allowed.expand(scores.shape)
+    has_key = allowed.any(dim=-1, keepdim=True)  # (..., T_q, 1)
+    neg_inf = torch.tensor(float("-inf"), dtype=torch.float64)
+    scores = torch.where(allowed, scores, neg_inf)
+    row_max = torch.where(has_key, scores.amax(dim=-1, keepdim=True), 0.0)
+    e = torch.where(allowed, torch.exp(scores - row_max), 0.0)
+    denom = torch.where(has_key, e.sum(dim=-1, keepdim=True), 1.0)
+    weights = e / denom
+    return weights @ v, weights, has_key.squeeze(-1)
+
+
+# --------------------------------------------------------------------------- property test
+
+
+@st.composite
+def attention_cases(draw):
+    lead = tuple(draw(st.lists(st.integers(1, 3), min_size=0, max_size=2)))
+    return dict(
+        lead=lead,
+        # key/value with size-1 leading dims that broadcast against the query's
+        kv_lead=draw(st.sampled_from([lead, tuple(1 for _ in lead)])),
+        t_q=draw(st.integers(1, 5)),
+        t_k=draw(st.integers(1, 5)),
+        d_k=draw(st.integers(1, 6)),
+        d_v=draw(st.integers(1, 6)),
+        mask_kind=draw(st.sampled_from(["none", "bool", "float"])),
+        # (*lead, T_q, T_k), (T_q, T_k) for every batch row, or a key mask (*lead, 1, T_k)
+        mask_shape=draw(st.sampled_from(["full", "shared", "keys"])),
+        empty_row=draw(st.booleans()),
+        causal=draw(st.booleans()),
+        scale=draw(st.none() | st.floats(0.25, 2.0)),
+        seed=draw(st.integers(0, 2**31 - 1)),
+    )
+
+
+def _make_case(case, dtype):
+    g = torch.Generator().manual_seed(case["seed"])
+    lead, t_q, t_k = case["lead"], case["t_q"], case["t_k"]
+    q = torch.randn(*lead, t_q, case["d_k"], generator=g).to(dtype)
+    k = torch.randn(*case["kv_lead"], t_k, case["d_k"], generator=g).to(dtype)
+    v = torch.randn(*case["kv_lead"], t_k, case["d_v"], generator=g).to(dtype)
+    mask = None
+    if case["mask_kind"] != "none":
+        shape = {
+            "full": (*lead, t_q, t_k),
+            "shared": (t_q, t_k),
+            "keys": (*lead, 1, t_k),
+        }[case["mask_shape"]]
+        keep = torch.rand(shape, generator=g) < 0.7
+        if case["empty_row"]:
+            keep[..., case["seed"] % shape[-2], :] = False
+        if case["mask_kind"] == "bool":
+            mask = keep
+        else:
+            mask = torch.randn(shape, generator=g).masked_fill(~keep, float("-inf"))
+    return q, k, v, mask
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@settings(max_examples=40, deadline=None)
+@given(case=attention_cases())
+def test_both_paths_match_float64_reference(case, dtype):
+    q, k, v, mask = _make_case(case, dtype)
+    kw = dict(causal=case["causal"], scale=case["scale"])
+    ref_out, ref_w, has_key = reference_attention(q, k, v, mask, **kw)
+    empty = ~has_key  # (..., T_q): rows that may attend to nothing
+
+    out_r, w_r = scaled_dot_product_attention(q, k, v, mask, return_weights=True, **kw)
+    out_f = scaled_dot_product_attention(q, k, v, mask, return_weights=False, **kw)
+
+    for out in (out_r, out_f):
+        assert out.dtype == dtype
+        assert out.shape == ref_out.shape
+        assert torch.isfinite(out).all()
+        torch.testing.assert_close(out.double(), ref_out, **TOL[dtype])
+        assert (out[empty] == 0).all()  # exactly zero, not just small
+    assert w_r.dtype == dtype
+    assert torch.isfinite(w_r).all()
+    torch.testing.assert_close(w_r.double(), ref_w, **TOL[dtype])
+    assert (w_r[empty] == 0).all()
+
+
+# --------------------------------------------------------------------------- targeted cases
+
+
+@pytest.mark.parametrize("return_weights", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fully_masked_rows_are_zero_not_nan(dtype, return_weights):
+    q = torch.randn(2, 3, 4).to(dtype)
+    k = torch.randn(2, 5, 4).to(dtype)
+    v = torch.randn(2, 5, 6).to(dtype)
+    mask = torch.ones(2, 3, 5, dtype=torch.bool)
+    mask[0, 1] = False  # one row of one batch element
+    mask[1] = False  # a whole batch element
+    res = scaled_dot_product_attention(q, k, v, mask, return_weights=return_weights)
+    out = res[0] if return_weights else res
+    assert not torch.isnan(out).any()
+    assert (out[0, 1] == 0).all() and (out[1] == 0).all()
+    assert (out[0, 0] != 0).any() and (out[0, 2] != 0).any()
+    if return_weights:
+        w = res[1]
+        assert (w[0, 1] == 0).all() and (w[1] == 0).all()
+        torch.testing.assert_close(w[0, [0, 2]].float().sum(-1), torch.ones(2), atol=1e-2, rtol=0)
+
+
+@pytest.mark.parametrize("return_weights", [True, False])
+def test_float_mask_all_minus_inf_row_is_zero(return_weights):
+    q, k, v = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5, 2)
+    mask = torch.zeros(3, 5)
+    mask[2] = float("-inf")
+    res = scaled_dot_product_attention(q, k, v, mask, return_weights=return_weights)
+    out = res[0] if return_weights else res
+    assert (out[2] == 0).all() and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("return_weights", [True, False])
+def test_causal_with_more_queries_than_keys_masks_leading_rows(return_weights):
+    # End-aligned: with T_q=4, T_k=2, query i sees keys j <= i - 2, so rows 0 and 1 see nothing.
+    q, k, v = torch.randn(4, 3), torch.randn(2, 3), torch.randn(2, 3)
+    res = scaled_dot_product_attention(q, k, v, causal=True, return_weights=return_weights)
+    out = res[0] if return_weights else res
+    assert (out[:2] == 0).all()
+    torch.testing.assert_close(out[2], v[0])  # the only key it may see
+    torch.testing.assert_close(out[3].double(), reference_attention(q, k, v, causal=True)[0][3])
+
+
+def test_causal_with_fewer_queries_sees_the_past():
+    # Incremental decoding: the last query (T_q=1) sees every key.
+    q, k, v = torch.randn(2, 1, 4), torch.randn(2, 6, 4), torch.randn(2, 6, 3)
+    full = scaled_dot_product_attention(q, k, v)
+    for rw in (True, False):
+        res = scaled_dot_product_attention(q, k, v, causal=True, return_weights=rw)
+        torch.testing.assert_close(res[0] if rw else res, full)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_finite_additive_mask_beyond_half_range(dtype):
+    # -7e4 is finite in float32/bfloat16 but overflows float16 (max 65504). Adding the same
+    # constant to a whole row does not change its softmax, so both paths must still give
+    # softmax(scores) V for that row, not zeros or NaN.
+    q, k, v = torch.randn(3, 4).to(dtype), torch.randn(5, 4).to(dtype), torch.randn(5, 2).to(dtype)
+    mask = torch.zeros(3, 5)
+    mask[1] = -7e4
+    mask[2, :2] = -7e4
+    ref = reference_attention(q, k, v, mask)[0]
+    out_r = scaled_dot_product_attention(q, k, v, mask, return_weights=True)[0]
+    out_f = scaled_dot_product_attention(q, k, v, mask)
+    for out in (out_r, out_f):
+        assert torch.isfinite(out).all()
+        torch.testing.assert_close(out.double(), ref, atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.parametrize("return_weights", [True, False])
+def test_batch_size_one_and_length_one(return_weights):
+    for shape_q, shape_k in [((1, 1, 4), (1, 1, 4)), ((1, 1, 4), (1, 3, 4)), ((1, 4), (1, 4))]:
+        q, k = torch.randn(shape_q), torch.randn(shape_k)
+        v = torch.randn(*shape_k[:-1], 2)
+        res = scaled_dot_product_attention(q, k, v, causal=True, return_weights=return_weights)
+        out = res[0] if return_weights else res
+        assert out.shape == (*shape_q[:-1], 2)
+        torch.testing.assert_close(out.double(), reference_attention(q, k, v, causal=True)[0])
+    # A single key: the output is that key's value, whatever the scores.
+    q, k, v = torch.randn(1, 1, 4), torch.randn(1, 1, 4), torch.randn(1, 1, 2)
+    res = scaled_dot_product_attention(q, k, v, return_weights=return_weights)
+    torch.testing.assert_close(res[0] if return_weights else res, v)
+
+
+def test_weights_rows_sum_to_one_and_respect_the_mask():
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 4)
+    mask = torch.rand(2, 3, 5) < 0.6
+    mask[..., 0] = True
+    _, w = scaled_dot_product_attention(q, k, v, mask, return_weights=True)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 3))
+    assert (w[~mask] == 0).all()
+
+
+def test_default_scale_is_inverse_sqrt_d_k():
+    q, k, v = torch.randn(3, 9), torch.randn(4, 9), torch.randn(4, 2)
+    out = scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(out, scaled_dot_product_attention(q, k, v, scale=1 / 3))
+    assert not torch.allclose(out, scaled_dot_product_attention(q, k, v, scale=1.0))
+
+
+# --------------------------------------------------------------------------- gradients
+
+
+def _grad_inputs(t_q=3, t_k=4):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, t_q, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, t_k, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(2, t_k, 2, generator=g, dtype=torch.float64, requires_grad=True)
+    return q, k, v
+
+
+@pytest.mark.parametrize("return_weights", [True, False])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gradcheck_with_boolean_mask_and_empty_row(causal, return_weights):
+    q, k, v = _grad_inputs()
+    mask = torch.tensor(
+        [[True, False, True, True], [False, False, False, False], [True, True, False, True]]
+    )  # (T_q, T_k); row 1 is fully masked
+
+    def f(q, k, v):
+        return scaled_dot_product_attention(
+            q, k, v, mask, causal=causal, return_weights=return_weights
+        )
+
+    assert torch.autograd.gradcheck(f, (q, k, v))
+    out = f(q, k, v)
+    out = out[0] if return_weights else out
+    out.sum().backward()
+    for t in (q, k, v):
+        assert torch.isfinite(t.grad).all()
+    assert (q.grad[:, 1] == 0).all()  # the empty row gets no gradient
+
+
+@pytest.mark.parametrize("return_weights", [True, False])
+def test_gradcheck_causal_and_float_mask(return_weights):
+    q, k, v = _grad_inputs(t_q=3, t_k=5)
+    add = torch.randn(3, 5, dtype=torch.float64)
+    add[0, 4] = float("-inf")
+
+    def f(q, k, v):
+        a = scaled_dot_product_attention(q, k, v, causal=True, return_weights=return_weights)
+        b = scaled_dot_product_attention(q, k, v, add, return_weights=return_weights)
+        return (a[0], b[0]) if return_weights else (a, b)
+
+    assert torch.autograd.gradcheck(f, (q, k, v))
+
+
+# --------------------------------------------------------------------------- dropout
+
+
+@pytest.mark.parametrize("return_weights", [True, False])
+def test_dropout_is_random_and_seeded(return_weights):
+    q, k, v = torch.randn(2, 6, 4), torch.randn(2, 6, 4), torch.randn(2, 6, 4)
+
+    def run(seed=None):
+        if seed is not None:
+            torch.manual_seed(seed)
+        res = scaled_dot_product_attention(q, k, v, dropout=0.5, return_weights=return_weights)
+        return res[0] if return_weights else res
+
+    a, b = run(), run()
+    assert not torch.equal(a, b)
+    torch.testing.assert_close(run(seed=7), run(seed=7), rtol=0, atol=0)
+    assert not torch.equal(run(), scaled_dot_product_attention(q, k, v))
+
+
+def test_dropout_on_weights_zeroes_or_rescales():
+    q, k, v = torch.randn(4, 8, 4), torch.randn(4, 8, 4), torch.randn(4, 8, 4)
+    _, w = scaled_dot_product_attention(q, k, v, return_weights=True)
+    torch.manual_seed(0)
+    out_d, w_d = scaled_dot_product_attention(q, k, v, dropout=0.25, return_weights=True)
+    dropped = w_d == 0
+    assert dropped.any() and not dropped.all()
+    torch.testing.assert_close(w_d[~dropped], w[~dropped] / 0.75)
+    torch.testing.assert_close(out_d, w_d @ v)  # dropout acts on the weights, before V
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _qkv(t_q=3, t_k=4, d_k=5, d_v=6, batch=(2,)):
+    return (
+        torch.randn(*batch, t_q, d_k),
+        torch.randn(*batch, t_k, d_k),
+        torch.randn(*batch, t_k, d_v),
+    )
+
+
+BAD_INPUTS = {
+    "query rank 1": (
+        lambda: (torch.randn(5), *_qkv()[1:]),
+        {},
+        ValueError,
+        r"query: .*at least 2 dims, got \(5,\)",
+    ),
+    "key rank 1": (
+        lambda: (_qkv()[0], torch.randn(5), _qkv()[2]),
+        {},
+        ValueError,
+        r"key: .*at least 2 dims, got \(5,\)",
+    ),
+    "value rank 0": (
+        lambda: (*_qkv()[:2], torch.tensor(1.0)),
+        {},
+        ValueError,
+        r"value: .*at least 2 dims, got \(\)",
+    ),
+    "d_k mismatch": (
+        lambda: (torch.randn(2, 3, 5), torch.randn(2, 4, 7), torch.randn(2, 4, 6)),
+        {},
+        ValueError,
+        r"d_k must match.*query \(\.\.\., T_q, 5\).*key \(\.\.\., T_k, 7\)",
+    ),
+    "T_k != T_v": (
+        lambda: (torch.randn(2, 3, 5), torch.randn(2, 4, 5), torch.randn(2, 6, 6)),
+        {},
+        ValueError,
+        r"T_k must equal T_v.*key \(2, 4, 5\).*value \(2, 6, 6\)",
+    ),
+    "batch dims do not broadcast": (
+        lambda: (torch.randn(2, 3, 5), torch.randn(3, 4, 5), torch.randn(3, 4, 6)),
+        {},
+        ValueError,
+        r"do not broadcast.*query \(2, 3, 5\).*key \(3, 4, 5\)",
+    ),
+    "mask does not broadcast": (
+        _qkv,
+        {"mask": torch.ones(3, 5, dtype=torch.bool)},
+        ValueError,
+        r"mask: shape \(3, 5\) does not broadcast.*\(2, 3, 4\)",
+    ),
+    "mask with extra leading dims": (
+        _qkv,
+        {"mask": torch.ones(7, 2, 3, 4, dtype=torch.bool)},
+        ValueError,
+        r"mask: shape \(7, 2, 3, 4\)",
+    ),
+    "integer mask": (
+        _qkv,
+        {"mask": torch.ones(3, 4, dtype=torch.int64)},
+        TypeError,
+        r"mask: .*torch\.int64",
+    ),
+    "uint8 mask": (
+        _qkv,
+        {"mask": torch.ones(3, 4, dtype=torch.uint8)},
+        TypeError,
+        r"mask: .*torch\.uint8",
+    ),
+    "mask not a tensor": (
+        _qkv,
+        {"mask": [[True] * 4] * 3},
+        TypeError,
+        r"mask: expected a torch\.Tensor, got list",
+    ),
+    "dropout 1.0": (_qkv, {"dropout": 1.0}, ValueError, r"dropout: .*\[0, 1\), got 1\.0"),
+    "dropout -0.1": (_qkv, {"dropout": -0.1}, ValueError, r"dropout: .*\[0, 1\), got -0\.1"),
+    "integer query": (
+        lambda: (torch.ones(3, 5, dtype=torch.int64), torch.randn(4, 5), torch.randn(4, 6)),
+        {},
+        TypeError,
+        r"query: .*floating-point.*torch\.int64",
+    ),
+    "mixed dtypes": (
+        lambda: (torch.randn(3, 5), torch.randn(4, 5).double(), torch.randn(4, 6)),
+        {},
+        TypeError,
+        r"one dtype.*torch\.float32, torch\.float64, torch\.float32",
+    ),
+    "query not a tensor": (
+        lambda: ([[1.0]], torch.randn(4, 5), torch.randn(4, 6)),
+        {},
+        TypeError,
+        r"query: expected a torch\.Tensor, got list",
+    ),
+}
+
+
+@pytest.mark.parametrize("return_weights", [True, False])
+@pytest.mark.parametrize("name", list(BAD_INPUTS))
+def test_bad_input_raises_with_a_message_naming_it(name, return_weights):
+    make, kwargs, error, match = BAD_INPUTS[name]
+    with pytest.raises(error, match=match):
+        scaled_dot_product_attention(*make(), return_weights=return_weights, **kwargs)
+
+
+# --------------------------------------------------------------------------- mask helpers
+
+
+@pytest.mark.parametrize("q_len,k_len", [(1, 1), (4, 4), (2, 5), (5, 2), (1, 6), (3, 0)])
+def test_causal_mask_is_end_aligned(q_len, k_len):
+    m = causal_mask(q_len, k_len)
+    assert m.shape == (q_len, k_len) and m.dtype == torch.bool
+    for i in range(q_len):
+        for j in range(k_len):
+            assert bool(m[i, j]) == (j <= i + k_len - q_len), (i, j)
+
+
+def test_causal_mask_defaults_to_square_lower_triangle():
+    expected = torch.tensor(
+        [[True, False, False], [True, True, False], [True, True, True]], dtype=torch.bool
+    )
+    assert torch.equal(causal_mask(3), expected)
+    # The same as torch's additive causal mask, in the other convention.
+    generated = torch.nn.Transformer.generate_square_subsequent_mask(5)
+    assert torch.equal(causal_mask(5), generated == 0)
+
+
+def test_causal_mask_rejects_negative_lengths():
+    with pytest.raises(ValueError, match=r"q_len=-1, k_len=3"):
+        causal_mask(-1, 3)
+
+
+def test_padding_mask():
+    ids = torch.tensor([[5, 6, 7, 0], [8, 0, 0, 0], [0, 3, 0, 4]])
+    m = padding_mask(ids, pad_id=0)
+    expected = torch.tensor(
+        [[True, True, True, False], [True, False, False, False], [False, True, False, True]]
+    )
+    assert m.shape == (3, 1, 4) and m.dtype == torch.bool
+    assert torch.equal(m[:, 0], expected)
+    assert torch.equal(padding_mask(ids, pad_id=4)[2, 0], torch.tensor([True, True, True, False]))
+    with pytest.raises(ValueError, match=r"ids: expected shape \(B, T\), got \(4,\)"):
+        padding_mask(ids[0], pad_id=0)
+
+
+def test_lengths_to_mask():
+    m = lengths_to_mask(torch.tensor([3, 1, 0]))
+    expected = torch.tensor([[True, True, True], [True, False, False], [False, False, False]])
+    assert m.shape == (3, 1, 3) and m.dtype == torch.bool
+    assert torch.equal(m[:, 0], expected)
+    m5 = lengths_to_mask(torch.tensor([3, 1]), max_len=5)
+    assert m5.shape == (2, 1, 5)
+    assert torch.equal(m5[:, 0].sum(-1), torch.tensor([3, 1]))
+    assert not m5[:, 0, 3:].any()
+    for bad in (torch.tensor([1.0, 2.0]), torch.tensor([[1, 2]]), torch.tensor([True])):
+        with pytest.raises(ValueError, match=r"lengths: expected a 1-D integer tensor"):
+            lengths_to_mask(bad)
+
+
+@pytest.mark.parametrize("return_weights", [True, False])
+def test_key_mask_equals_attending_to_the_real_keys_only(return_weights):
+    lengths = torch.tensor([5, 2, 3])
+    q, k, v = torch.randn(3, 4, 6), torch.randn(3, 5, 6), torch.randn(3, 5, 2)
+    res = scaled_dot_product_attention(
+        q, k, v, lengths_to_mask(lengths), return_weights=return_weights
+    )
+    out = res[0] if return_weights else res
+    for b, n in enumerate(lengths.tolist()):
+        alone = reference_attention(q[b], k[b, :n], v[b, :n])[0]
+        torch.testing.assert_close(out[b].double(), alone, atol=1e-6, rtol=1e-6)
