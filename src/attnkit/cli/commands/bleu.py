@@ -1,0 +1,144 @@
+"""`attnkit bleu`: corpus or sentence BLEU of a hypothesis file, equal to sacreBLEU 2.x."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+NAME = "bleu"
+HELP = "BLEU of a hypothesis file against one or more reference files (= sacreBLEU)"
+DESCRIPTION = """\
+Score detokenized system output with BLEU, as sacreBLEU 2.x does, and print the score line with
+its signature (sacreBLEU's text format; -w 1 gives its default width):
+
+  BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:0.1.0 = 34.12 65.3/40.1/27.0/19.2 (BP = 0.987 ratio = 0.987 hyp_len = 12000 ref_len = 12160)
+
+Files are UTF-8, one segment per line; HYP may be - for standard input and names ending in .gz
+are decompressed. Give -r once per reference set (several references per line).
+
+--json prints one object with name, score, signature, verbose_score, counts, totals,
+precisions, bp, ratio, sys_len, ref_len and the signature fields; with --ci also "confidence".
+--sentence scores every line on its own (effective order on, as in sacreBLEU), one line or
+with --json one JSON object per line.
+
+examples:
+  attnkit bleu output.detok.en -r newstest.en
+  attnkit bleu output.en -r ref1.en -r ref2.en --ci
+  cat output.en | attnkit bleu - -r ref.en --tokenize intl --lowercase --json
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("hypothesis", metavar="HYP", help="system output, one segment per line (- for stdin)")
+    parser.add_argument(
+        "-r", "--ref", dest="refs", metavar="REF", action="append", required=True,
+        help="reference file, one segment per line; repeat for several references",
+    )
+    parser.add_argument(
+        "-tok", "--tokenize", default="13a", metavar="NAME",
+        help="tokenizer: none, 13a, intl, char or zh (default: %(default)s)",
+    )
+    parser.add_argument("-lc", "--lowercase", action="store_true", help="case-insensitive BLEU")
+    parser.add_argument(
+        "-s", "--smooth-method", default="exp", metavar="METHOD",
+        help="smoothing: none, floor, add-k or exp (default: %(default)s)",
+    )
+    parser.add_argument(
+        "-sv", "--smooth-value", type=float, default=None, metavar="V",
+        help="value for floor (default 0.1) or add-k (default 1)",
+    )
+    parser.add_argument(
+        "--ci", "--confidence", dest="ci", action="store_true",
+        help="add a 95%% bootstrap confidence interval (sacreBLEU's --confidence)",
+    )
+    parser.add_argument(
+        "--ci-samples", "--confidence-n", dest="ci_samples", type=int, default=1000, metavar="N",
+        help="bootstrap resamples for --ci (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=12345,
+        help="seed of the bootstrap resampling (default: %(default)s, as sacreBLEU)",
+    )
+    parser.add_argument("--sentence", action="store_true", help="one score per line")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of the text line")
+    parser.add_argument(
+        "-w", "--width", type=int, default=2, metavar="W",
+        help="decimals of the score in the text line (default: %(default)s; sacreBLEU uses 1)",
+    )
+
+
+def _json_record(score) -> dict:
+    d = score.to_dict()
+    # sacreBLEU's JSON also spreads the signature into its fields (nrefs, case, tok, ...).
+    for field in score.signature.split("|"):
+        key, _, value = field.partition(":")
+        d[key] = value
+    if score.ci is not None:
+        d["confidence_mean"] = score.ci.mean
+        d["confidence_var"] = score.ci.half_width
+    return d
+
+
+def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from attnkit.metrics import (
+        SMOOTH_DEFAULTS,
+        TOKENIZERS,
+        bleu_from_statistics,
+        bleu_statistics,
+        compute_bleu,
+    )
+    from attnkit.metrics.bootstrap import with_confidence
+    from attnkit.metrics.io import read_corpus
+    from attnkit.metrics.signature import bleu_signature
+
+    if args.tokenize not in TOKENIZERS:
+        raise ValueError(
+            f"--tokenize: unknown tokenizer {args.tokenize!r}; known: {', '.join(TOKENIZERS)}"
+        )
+    if args.smooth_method not in SMOOTH_DEFAULTS:
+        raise ValueError(
+            f"--smooth-method: unknown method {args.smooth_method!r}; known: {', '.join(SMOOTH_DEFAULTS)}"
+        )
+    if args.ci and args.sentence:
+        raise ValueError("--ci: confidence intervals are for corpus scores, not with --sentence")
+    if args.ci_samples < 2:
+        raise ValueError(f"--ci-samples: expected at least 2 resamples, got {args.ci_samples}")
+    if args.width < 0:
+        raise ValueError(f"--width: expected a non-negative integer, got {args.width}")
+
+    hypotheses, references = read_corpus(args.hypothesis, args.refs)
+    stats = bleu_statistics(
+        hypotheses, references, tokenize=args.tokenize, lowercase=args.lowercase
+    )
+    smoothing = {"smooth_method": args.smooth_method, "smooth_value": args.smooth_value}
+    out = sys.stdout
+
+    if args.sentence:
+        # Score each line from its statistics row; effective order as sacreBLEU's CLI does.
+        signature = bleu_signature(
+            nrefs=stats.nrefs, tokenize=args.tokenize, lowercase=args.lowercase,
+            effective_order=True, **smoothing,
+        )
+        order = stats.max_ngram_order
+        for row in stats.segments:
+            score = compute_bleu(
+                row[2 : 2 + order], row[2 + order :], row[0], row[1], effective_order=True, **smoothing
+            )
+            score = replace(score, signature=signature)
+            if args.json:
+                out.write(json.dumps(_json_record(score), ensure_ascii=False) + "\n")
+            else:
+                out.write(score.format(args.width) + "\n")
+        return 0
+
+    score = bleu_from_statistics(stats, **smoothing)
+    if args.ci:
+        score = with_confidence(score, stats, n_samples=args.ci_samples, seed=args.seed, **smoothing)
+    if args.json:
+        out.write(json.dumps(_json_record(score), indent=1, ensure_ascii=False) + "\n")
+    else:
+        out.write(score.format(args.width) + "\n")
+    return 0

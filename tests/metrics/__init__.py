@@ -1,0 +1,1 @@
+"""Tests of :mod:`attnkit.metrics`, checked against sacreBLEU computed in the test."""
