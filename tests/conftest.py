@@ -1,6 +1,13 @@
 """Test-wide settings: the tensors here are tiny, so one intra-op thread is fastest and leaves
 the rest of a shared machine alone."""
 
+import pytest
 import torch
 
 torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _seed_torch():
+    """Every test starts from the same random state, so random inputs cannot make it flaky."""
+    torch.manual_seed(0)

@@ -104,6 +104,22 @@ def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
 # --------------------------------------------------------------------------- validation
 
 
+def _broadcast(*shapes) -> tuple[int, ...] | None:
+    """numpy/torch broadcasting of shape tuples, or None when they do not broadcast.
+
+    Plain Python on purpose: ``torch.broadcast_shapes`` imports sympy on its first call (about
+    1.5 s per process), a cost every command would pay.
+    """
+    ndim = max(len(s) for s in shapes)
+    result = []
+    for dims in zip(*((1,) * (ndim - len(s)) + tuple(s) for s in shapes), strict=True):
+        sizes = {d for d in dims if d != 1}
+        if len(sizes) > 1:
+            return None
+        result.append(sizes.pop() if sizes else 1)
+    return tuple(result)
+
+
 def _check_inputs(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropout: float):
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, Tensor):
@@ -128,13 +144,12 @@ def _check_inputs(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None
             f"key/value: T_k must equal T_v, got key {tuple(key.shape)} and value "
             f"{tuple(value.shape)}"
         )
-    try:
-        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
-    except RuntimeError:
+    batch = _broadcast(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    if batch is None:
         raise ValueError(
             f"query/key/value: leading (batch, head) dims do not broadcast: query "
             f"{tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
-        ) from None
+        )
     if not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
         raise ValueError(f"dropout: expected a probability in [0, 1), got {dropout!r}")
     target = (*batch, query.shape[-2], key.shape[-2])
@@ -146,11 +161,7 @@ def _check_inputs(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None
                 f"mask: expected dtype bool (True = may attend) or a floating-point additive "
                 f"mask, got {mask.dtype}"
             )
-        try:
-            ok = torch.broadcast_shapes(mask.shape, target) == torch.Size(target)
-        except RuntimeError:
-            ok = False
-        if not ok:
+        if _broadcast(mask.shape, target) != target:
             raise ValueError(
                 f"mask: shape {tuple(mask.shape)} does not broadcast to (..., T_q, T_k) = "
                 f"{target}"
@@ -227,7 +238,7 @@ def scaled_dot_product_attention(
             mask = mask.to(torch.promote_types(mask.dtype, query.dtype))
             mask = (mask - mask.amax(dim=-1, keepdim=True)).to(query.dtype)
     query, key, value = (
-        t if t.shape[:-2] == batch else t.expand(*batch, *t.shape[-2:])
+        t if tuple(t.shape[:-2]) == batch else t.expand(*batch, *t.shape[-2:])
         for t in (query, key, value)
     )
     out = F.scaled_dot_product_attention(
