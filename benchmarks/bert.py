@@ -1,0 +1,132 @@
+"""BERT inference speed: attnkit's BertModel against Hugging Face's, with identical weights.
+
+A random-weight Hugging Face BertModel is saved to a temporary folder and both libraries load
+it from there (Hugging Face with its default attention implementation, attnkit through its
+explicit key mapping). Both then encode the same batch (default 32 x 128 tokens, no padding)
+in the same process under ``torch.inference_mode()``; runs alternate between the libraries so
+that a noisy, shared machine slows both alike. bfloat16 is measured with both models cast to
+bfloat16 (``model.to(torch.bfloat16)``), the same treatment on both sides.
+
+    HF_HUB_OFFLINE=1 python benchmarks/bert.py                      # bert-base and MiniLM
+    HF_HUB_OFFLINE=1 python benchmarks/bert.py --sizes minilm --dtypes float32 --repeats 10
+
+Ratio = Hugging Face median time / attnkit median time (> 1: attnkit is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+from attnkit.models.bert import BertModel  # noqa: E402
+
+SIZES = {  # Hugging Face BertConfig arguments
+    "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+    "minilm": dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536),
+}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def machine_info() -> str:
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return (
+        f"platform {platform.platform()}; CPU {cpu}; os.cpu_count() {os.cpu_count()}, "
+        f"usable {affinity}; torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}), "
+        f"threads {torch.get_num_threads()}; transformers {transformers.__version__}; "
+        f"python {platform.python_version()}"
+    )
+
+
+def make_inputs(batch: int, seq: int, vocab: int, padded: bool) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, vocab, (batch, seq), generator=g)
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    if padded:  # lengths seq/4 .. seq, like real sentences
+        lengths = torch.randint(seq // 4, seq + 1, (batch,), generator=g)
+        mask = (torch.arange(seq)[None, :] < lengths[:, None]).long()
+        ids = ids * mask
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def time_pair(ours, hf, inputs, warmup: int, repeats: int) -> tuple[list[float], list[float]]:
+    """Alternate the two models, swapping which goes first each round."""
+    times = {"ours": [], "hf": []}
+    models = [("ours", ours), ("hf", hf)]
+    with torch.inference_mode():
+        for r in range(warmup + repeats):
+            for name, model in models if r % 2 == 0 else models[::-1]:
+                start = time.perf_counter()
+                model(**inputs)
+                elapsed = time.perf_counter() - start
+                if r >= warmup:
+                    times[name].append(elapsed)
+    return times["ours"], times["hf"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="base,minilm", help=f"of {list(SIZES)}")
+    parser.add_argument("--dtypes", default="float32,bfloat16", help=f"of {list(DTYPES)}")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--padded", action="store_true", help="random lengths, with padding")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    print(machine_info())
+    print(
+        f"batch {args.batch} x {args.seq} tokens ({'padded' if args.padded else 'no padding'}), "
+        f"warm-up {args.warmup}, repeats {args.repeats}, times = median (min) seconds per forward"
+    )
+    rows = []
+    for size in args.sizes.split(","):
+        config = transformers.BertConfig(**SIZES[size])
+        torch.manual_seed(0)
+        with tempfile.TemporaryDirectory() as folder:
+            transformers.BertModel(config).save_pretrained(folder)
+            hf = transformers.BertModel.from_pretrained(folder).eval()  # default attention
+            ours = BertModel.from_pretrained(folder).eval()
+        inputs = make_inputs(args.batch, args.seq, config.vocab_size, args.padded)
+        real = inputs["attention_mask"].bool()
+        for dtype_name in args.dtypes.split(","):
+            dtype = DTYPES[dtype_name]
+            hf, ours = hf.to(dtype), ours.to(dtype)
+            with torch.inference_mode():
+                diff = (ours(**inputs).last_hidden_state - hf(**inputs).last_hidden_state)[real]
+            t_ours, t_hf = time_pair(ours, hf, inputs, args.warmup, args.repeats)
+            m_ours, m_hf = statistics.median(t_ours), statistics.median(t_hf)
+            rows.append(
+                f"| {size} | {dtype_name} | {hf.config._attn_implementation} | "
+                f"{m_hf:.3f} ({min(t_hf):.3f}) | {m_ours:.3f} ({min(t_ours):.3f}) | "
+                f"{m_hf / m_ours:.2f}x | {diff.abs().max().item():.1e} |"
+            )
+            print(rows[-1], flush=True)
+    print()
+    print("| size | dtype | HF attention | HF s | attnkit s | ratio HF/attnkit | max abs diff |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()

