@@ -7,3 +7,11 @@ cd "$(dirname "$0")/.."
 # torch first and pinned: any other torch spec would pull a multi-GB CUDA build.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check torch==2.13.0
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+# Headless Chromium (Debian's package) for the test that opens the attention viewer.
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq >/dev/null && apt-get install -y -qq chromium >/dev/null
+  else
+    echo "setup: chromium not found; the HTML viewer browser test needs Debian's chromium" >&2
+  fi
+fi

@@ -3,4 +3,4 @@
 from attnkit.models.bert import BertModel as BertModel
 from attnkit.models.transformer import Transformer, TransformerConfig
 
-__all__ = ["Transformer", "TransformerConfig"]
+__all__ = ["BertModel", "Transformer", "TransformerConfig"]

@@ -32,8 +32,10 @@ class KVCache:
         device: torch.device | str | None = None,
     ) -> None:
         shape = (batch_size, num_heads, max_len, head_dim)  # (B, H, T_max, hd)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        # Uninitialised: only the first `length` positions are ever read, and zero-filling
+        # every buffer costs a noticeable share of a short decode.
+        self.k = torch.empty(shape, dtype=dtype, device=device)
+        self.v = torch.empty(shape, dtype=dtype, device=device)
         self.length = 0
 
     @property

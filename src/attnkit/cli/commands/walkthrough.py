@@ -15,7 +15,14 @@ the whole SelfAttention output.
 
 With the defaults it prints the seed's own numbers:
   attnkit walkthrough "The sun rises in the east" --seed 123
+
+--plot FILE.png also draws the whole weight matrix softmax(Q K^T / sqrt(d_k)) as a heatmap
+with the words on both axes; the row of the token followed above is outlined:
+  attnkit walkthrough --plot walkthrough.png
 """
+
+
+PLOT_FORMATS = (".png", ".svg", ".pdf")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--precision", type=int, default=4, help="decimals printed (default 4, as the seed)"
     )
+    parser.add_argument(
+        "--plot",
+        metavar="FILE",
+        default=None,
+        help="also draw the T x T attention weights as a heatmap image (.png, .svg or .pdf)",
+    )
 
 
 def _fmt(t) -> str:
@@ -47,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
 
     from attnkit.walkthrough import walkthrough
 
+    if args.plot is not None and not args.plot.lower().endswith(PLOT_FORMATS):
+        raise ValueError(
+            f"--plot: expected a file ending in {', '.join(PLOT_FORMATS)}, got {args.plot!r}"
+        )
     n_words = len(args.sentence.split())
     token = args.token if args.token is not None else min(3, max(n_words, 1))
     w = walkthrough(
@@ -94,4 +111,16 @@ def run(args: argparse.Namespace) -> int:
     ]
     for title, value in steps:
         print(f"{title}\n" if value is None else f"{title}:\n{value}\n")
+    if args.plot is not None:
+        from attnkit.viz.plots import heatmap
+
+        heatmap(
+            w.all_weights,
+            w.tokens,
+            w.tokens,
+            title=rf"seed 000: $\mathrm{{softmax}}(QK^\top/\sqrt{{d_k}})$, $d_k = {args.d_k}$",
+            out=args.plot,
+            highlight_row=w.position,
+        )
+        print(f"Weights of every token drawn to {args.plot} (token {token}'s row outlined)")
     return 0

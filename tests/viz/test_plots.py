@@ -1,0 +1,92 @@
+"""attnkit.viz.plots: valid, non-blank PNGs with the tokens on the axes."""
+
+import warnings
+
+import pytest
+import torch
+from matplotlib.patches import Rectangle
+
+from attnkit.viz import alignment, head_grid, heatmap
+
+from .helpers import NUM_HEADS, assert_image
+
+
+def _ticks(axis):
+    return [label.get_text() for label in axis.get_ticklabels()]
+
+
+def test_heatmap_png_with_umlauts(tmp_path, translation_maps):
+    rows, cols = translation_maps.axes("encoder")
+    assert "##ähr" in rows  # "fährt": the umlaut must be drawn, not replaced by a box
+    out = tmp_path / "one.png"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib warns "Glyph ... missing from font"
+        fig = heatmap(translation_maps.select("encoder", 0, 1), rows, cols, title="t", out=out)
+    assert_image(out)
+    ax = fig.axes[0]
+    assert _ticks(ax.yaxis) == rows and _ticks(ax.xaxis) == cols
+    assert ax.get_title() == "t"
+    assert len(ax.texts) == len(rows) * len(cols)  # short sentence: values printed in the cells
+
+
+def test_heatmap_tokens_with_dollar_signs(tmp_path):
+    tokens = ["$5", "a$b$", "▁"]
+    out = tmp_path / "dollar.png"
+    fig = heatmap(torch.softmax(torch.randn(3, 3), -1), tokens, tokens, out=out)
+    assert_image(out, min_colours=8)
+    fig.canvas.draw()
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == [r"\$5", r"a\$b\$", "▁"]
+
+
+def test_heatmap_no_annotation_for_long_sentences():
+    w = torch.softmax(torch.randn(20, 20), -1)
+    tokens = [f"t{i}" for i in range(20)]
+    assert len(heatmap(w, tokens, tokens).axes[0].texts) == 0
+    assert len(heatmap(w, tokens, tokens, annotate=True).axes[0].texts) == 400
+
+
+def test_head_grid(tmp_path, translation_maps):
+    rows, cols = translation_maps.axes("decoder")
+    out = tmp_path / "grid.png"
+    fig = head_grid(translation_maps.select("decoder", 1), rows, cols, title="layer 1", out=out)
+    assert_image(out)
+    panels = [ax for ax in fig.axes if ax.images]
+    assert [ax.get_title() for ax in panels] == [f"head {h}" for h in range(NUM_HEADS)]
+    assert _ticks(panels[0].yaxis) == rows and _ticks(panels[-1].xaxis) == cols
+    assert _ticks(panels[1].yaxis) == []  # labels on the left column and the bottom row only
+    limits = {ax.images[0].get_clim() for ax in panels}
+    assert len(limits) == 1  # one colour scale, so heads compare
+
+
+def test_alignment(tmp_path, translation_maps):
+    m = translation_maps
+    cross = m.select("cross", 1)  # (H, T, S): averaged over heads
+    assert cross.shape[0] == NUM_HEADS
+    out = tmp_path / "align.png"
+    fig = alignment(cross, m.src_tokens, m.out_tokens, out=out)
+    assert_image(out)
+    ax = fig.axes[0]
+    assert _ticks(ax.xaxis) == m.src_tokens and _ticks(ax.yaxis) == m.out_tokens
+    torch.testing.assert_close(
+        torch.as_tensor(ax.images[0].get_array().data), cross.mean(0), atol=1e-7, rtol=0
+    )
+    boxes = [p for p in ax.patches if isinstance(p, Rectangle)]
+    best = cross.mean(0).argmax(1).tolist()
+    assert [(b.get_x() + 0.5, b.get_y() + 0.5) for b in boxes] == [
+        (j, i) for i, j in enumerate(best)
+    ]
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: heatmap(torch.ones(3, 4), ["a"] * 3, ["b"] * 3), "4 column tokens"),
+        (lambda: heatmap(torch.ones(2, 3, 3), ["a"] * 3, ["b"] * 3), "(T_q, T_k)"),
+        (lambda: head_grid(torch.ones(3, 3), ["a"] * 3, ["b"] * 3), "(H, T_q, T_k)"),
+        (lambda: heatmap(torch.ones(2, 2), ["a"] * 2, ["b"] * 2, highlight_row=2), "highlight_row"),
+    ],
+)
+def test_bad_input(call, message):
+    with pytest.raises(ValueError) as err:
+        call()
+    assert message in str(err.value)
