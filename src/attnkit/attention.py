@@ -220,6 +220,8 @@ def scaled_dot_product_attention(
     q_len, k_len = query.shape[-2], key.shape[-2]
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
 
+    if causal and q_len == 1:
+        causal = False  # end-aligned, a single query is the newest position: it sees every key
     if causal and (mask is not None or q_len != k_len or return_weights):
         mask, causal = _merge_causal(mask, q_len, k_len, query.device), False
 

@@ -213,7 +213,10 @@ def test_bad_shapes_raise():
         mha(torch.randn(2, 3, 6))
     with pytest.raises(ValueError, match=r"x: expected shape \(B, T, 8\), got \(3, 8\)"):
         mha(torch.randn(3, 8))
-    with pytest.raises(ValueError, match=r"context: expected shape \(2, T_k, 8\), got \(3, 4, 8\)"):
+    with pytest.raises(
+        ValueError, match=r"context: expected shape \(B_ctx, T_k, 8\) with B_ctx dividing the 2 "
+        r"query rows, got \(3, 4, 8\)"
+    ):
         mha(torch.randn(2, 3, D), torch.randn(3, 4, D))
     with pytest.raises(ValueError, match=r"dropout: .*got 1\.0"):
         MultiHeadAttention(D, H, dropout=1.0)
@@ -271,3 +274,20 @@ def test_attention_dropout_is_off_in_eval_mode(return_weights):
     torch.testing.assert_close(a, b, rtol=0, atol=0)
     torch.testing.assert_close(a, c, **TOL)
     torch.testing.assert_close(a, ref(x, x, x)[0], **TOL)
+
+
+def test_context_rows_shared_by_consecutive_query_rows():
+    # Beam search: the hypotheses of one sentence are consecutive rows sharing its memory row.
+    # The result equals cross-attention to the memory repeated for every row.
+    mha = MultiHeadAttention(D, H).eval()
+    x, context = torch.randn(6, 2, D), torch.randn(2, 5, D)  # 3 query rows per context row
+    key_mask = torch.tensor([[True] * 5, [True, True, True, False, False]])[:, None, :]
+    out, w = mha(x, context, key_mask, return_weights=True)
+    rep_out, rep_w = mha(
+        x, context.repeat_interleave(3, 0), key_mask.repeat_interleave(3, 0), return_weights=True
+    )
+    torch.testing.assert_close(out, rep_out, atol=1e-6, rtol=0)
+    torch.testing.assert_close(w, rep_w, atol=1e-6, rtol=0)
+    torch.testing.assert_close(mha(x, context, key_mask), rep_out, atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="causal"):
+        mha(x, context, causal=True)

@@ -30,7 +30,6 @@ matter at exact ties).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 from torch import Tensor
@@ -197,7 +196,12 @@ def decode_one_token(model, state: DecoderState, step: int) -> Tensor:
         def logits(rows: slice) -> Tensor:
             return full[rows]
     else:
-        hidden = _decode_cached(model, state, step)  # (N, D)
+        # Each sentence's memory row serves its `group` consecutive hypotheses: cross-attention
+        # keys/values are computed and cached once per sentence, not once per beam.
+        new = state.tokens[:, step : step + 1]  # (N, 1)
+        hidden = model.decode(
+            new, state.memory, state.src_mask, caches=state.caches, offset=step, project=False
+        )[:, -1]  # (N, D)
 
         def logits(rows: slice) -> Tensor:
             return model.output(hidden[rows])  # (rows, V)
@@ -210,32 +214,6 @@ def decode_one_token(model, state: DecoderState, step: int) -> Tensor:
         rows = slice(start, min(start + chunk, n))
         torch.log_softmax(logits(rows).float(), dim=-1, out=out[rows])
     return out
-
-
-def _decode_cached(model, state: DecoderState, step: int) -> Tensor:
-    """``model.decode`` of the token at ``step`` with the caches, up to the output layer.
-
-    Cross-attention runs once per sentence: the sentence's hypotheses are its queries
-    1..group (cross-attention has no order among queries), against keys/values cached once per
-    sentence. This is the decoder stack's own forward with that one change, so it calls the
-    layers' sublayers; the result equals ``model.decode`` on repeated memory (the tests compare
-    it with the recompute path, which calls ``model.decode``).
-    """
-    new = state.tokens[:, step : step + 1]  # (N, 1)
-    n, b, d = new.shape[0], state.memory.shape[0], model.config.d_model
-    x = model._embed(model.tgt_embed, new, step)  # (N, 1, D)
-    # One query at the newest position may see every cached key: causal=False is the same
-    # mask and lets the attention kernel skip building one.
-    for layer, (self_cache, cross_cache) in zip(model.decoder.layers, state.caches, strict=True):
-        x = layer.self_block(x, partial(layer.self_attn, causal=False, cache=self_cache))
-        cross = partial(
-            layer.cross_attn, context=state.memory, mask=state.src_mask, cache=cross_cache
-        )
-        x = layer.cross_block(x, lambda h, cross=cross: cross(h.reshape(b, -1, d)).view(n, 1, d))
-        x = layer.ffn_block(x, layer.ffn)
-    if model.decoder.norm is not None:
-        x = model.decoder.norm(x)
-    return x[:, -1]  # (N, D): the output layer is applied by decode_one_token
 
 
 # --------------------------------------------------------------------------- constraints

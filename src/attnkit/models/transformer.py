@@ -137,11 +137,15 @@ class Transformer(nn.Module):
         caches: list[tuple[KVCache, KVCache]] | None = None,
         offset: int = 0,
         return_weights: bool = False,
+        project: bool = True,
     ):
         """Target ids (B, T) -> logits (B, T, tgt_vocab).
 
         With ``caches`` (from :meth:`init_cache`), ``tgt`` holds only the new positions starting
-        at ``offset``; earlier keys and values come from the cache.
+        at ``offset``; earlier keys and values come from the cache. ``memory`` may have fewer
+        rows than ``tgt`` when the hypotheses of one sentence are consecutive rows (beam
+        search): each memory row serves ``B / B_mem`` target rows. With ``project=False`` the
+        result is the decoder's hidden states (B, T, d_model), before the output layer.
         """
         if tgt.dim() != 2:
             raise ValueError(f"tgt: expected token ids of shape (B, T), got {tuple(tgt.shape)}")
@@ -149,9 +153,10 @@ class Transformer(nn.Module):
         out = self.decoder(
             x, memory, None, src_mask, causal=True, caches=caches, return_weights=return_weights
         )
+        head = self.output if project else (lambda h: h)
         if return_weights:
-            return self.output(out[0]), out[1], out[2]
-        return self.output(out)
+            return head(out[0]), out[1], out[2]
+        return head(out)
 
     def init_cache(
         self, batch_size: int, max_len: int, memory: Tensor

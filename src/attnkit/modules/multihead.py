@@ -90,7 +90,9 @@ class MultiHeadAttention(nn.Module):
 
         Args:
             x: (B, T_q, d_model) queries (and keys/values for self-attention).
-            context: (B, T_k, kv_dim) keys/values source for cross-attention.
+            context: (B_ctx, T_k, kv_dim) keys/values source for cross-attention. B_ctx may
+                divide B: row ``i`` of the context then serves query rows ``i * B/B_ctx`` to
+                ``(i + 1) * B/B_ctx - 1`` (the beams of one sentence share its keys/values).
             mask: boolean (True = may attend) or additive; (T_q, T_k), (B, T_q, T_k) (for all
                 heads; a key mask is (B, 1, T_k)) or (B, H, T_q, T_k).
             causal: forbid attending to later positions (aligned to the end with a cache).
@@ -106,12 +108,21 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"x: expected shape (B, T, {self.d_model}), got {tuple(x.shape)}")
         b, t_q, _ = x.shape
         cross = context is not None
+        group = 1  # query rows per context row
         if context is not None:
-            if context.dim() != 3 or context.shape[0] != b or context.shape[-1] != self.kv_dim:
+            if (
+                context.dim() != 3
+                or context.shape[0] == 0
+                or b % context.shape[0] != 0
+                or context.shape[-1] != self.kv_dim
+            ):
                 raise ValueError(
-                    f"context: expected shape ({b}, T_k, {self.kv_dim}), got "
-                    f"{tuple(context.shape)}"
+                    f"context: expected shape (B_ctx, T_k, {self.kv_dim}) with B_ctx dividing "
+                    f"the {b} query rows, got {tuple(context.shape)}"
                 )
+            group = b // context.shape[0]
+            if group > 1 and causal:
+                raise ValueError("causal: not supported when context rows are shared by queries")
         if not cross and self.kv_dim != self.d_model:
             raise ValueError(
                 f"context: required, since kv_dim={self.kv_dim} differs from d_model={self.d_model}"
@@ -124,7 +135,10 @@ class MultiHeadAttention(nn.Module):
             if cache is not None:
                 k, v = cache.update(k, v)  # (B, H, T_cached, hd)
         else:
-            q = self._split_heads(self._project_q(x))  # (B, H, T_q, hd)
+            # Cross-attention has no order among queries: the `group` query rows that share a
+            # context row become one row of group * T_q queries.
+            q = self._project_q(x).reshape(b // group, group * t_q, self.d_model)
+            q = self._split_heads(q)  # (B_ctx, H, group * T_q, hd)
             if cache is not None and cache.length > 0:
                 k, v = cache.get()
             else:
@@ -145,5 +159,9 @@ class MultiHeadAttention(nn.Module):
         )
         out, weights = result if return_weights else (result, None)
         out = out.transpose(1, 2).reshape(b, t_q, self.d_model)  # (B, T_q, D)
+        if weights is not None and group > 1:
+            # (B_ctx, H, group * T_q, T_k) -> (B, H, T_q, T_k)
+            weights = weights.view(b // group, self.num_heads, group, t_q, -1).transpose(1, 2)
+            weights = weights.reshape(b, self.num_heads, t_q, -1)
         out = self.out_proj(out)
         return (out, weights) if return_weights else out
