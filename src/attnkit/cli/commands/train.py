@@ -1,0 +1,130 @@
+"""`attnkit train`: train a translation Transformer from a TOML config."""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "train"
+HELP = "train an encoder-decoder Transformer from a TOML config"
+DESCRIPTION = """\
+Train an encoder-decoder Transformer as a TOML config describes. The config has three
+sections, [model] (attnkit.models.TransformerConfig fields; the vocabulary sizes come from
+the tokenizer), [data] (corpus, languages, BPE vocabulary, batching) and [optim] (Adam,
+schedule, label smoothing, budgets, evaluation, checkpoints, autocast, threads); see
+attnkit.training.config for every key and its default.
+
+The run folder OUT receives:
+  metrics.jsonl   one JSON object per logging step (step, epoch, train_loss, lr,
+                  tokens_per_sec, elapsed_sec) and per evaluation (val_loss, val_ppl, ...)
+  train.log       the log
+  config.toml     the resolved config
+  last/, best/    checkpoints: model.safetensors, config.json, tokenizer.json, state.json
+                  (+ resume.pt in last/), written atomically
+
+Several processes: torchrun --nproc-per-node 2 -m attnkit train ... (DistributedDataParallel,
+gloo on CPU, nccl on CUDA; max_tokens is per process, so the global batch grows with them).
+
+examples:
+  attnkit train --config configs/multi30k_de_en.toml --out runs/de_en
+  attnkit train --config configs/multi30k_de_en.toml --out runs/en_de \\
+      --set data.src_lang=en --set data.tgt_lang=de --set model.dropout=0.3
+  attnkit train --resume runs/de_en --max-minutes 90
+  python -m attnkit.training.plot runs/de_en/metrics.jsonl docs/val_loss.png
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML config file (required unless --resume)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        metavar="SECTION.KEY=VALUE",
+        action="append",
+        default=[],
+        help="override one config value, parsed as TOML (e.g. model.dropout=0.3, "
+        "optim.betas=[0.9,0.98], data.corpus=copy); repeatable",
+    )
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="run folder for metrics, log and checkpoints (required unless --resume); "
+        "must not already hold a run",
+    )
+    parser.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the run in DIR from its `last` checkpoint with its saved config: "
+        "same data order, optimizer, schedule and random state",
+    )
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        metavar="N",
+        help="stop after N optimizer steps in total (overrides optim.max_steps)",
+    )
+    parser.add_argument(
+        "--max-minutes",
+        type=float,
+        metavar="M",
+        help="stop after M minutes of wall time, resumed time included "
+        "(overrides optim.max_minutes)",
+    )
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (the log still records)"
+    )
+
+
+def _config(args: argparse.Namespace):
+    from pathlib import Path
+
+    from attnkit.training.checkpoint import find_checkpoint, read_config
+    from attnkit.training.config import TrainConfig
+
+    if args.resume:
+        if args.config:
+            raise ValueError(
+                "--config: not allowed with --resume, which uses the run's saved config; "
+                "change budgets with --max-steps/--max-minutes or --set"
+            )
+        if args.out and Path(args.out).resolve() != Path(args.resume).resolve():
+            raise ValueError(f"--out {args.out!r}: with --resume the run folder is {args.resume!r}")
+        folder = find_checkpoint(Path(args.resume) / "last")
+        if folder is None:
+            raise ValueError(f"--resume {args.resume!r}: no `last` checkpoint in that folder")
+        config = read_config(folder).with_overrides(args.overrides)
+        out = args.resume
+    else:
+        if not args.config:
+            raise ValueError("--config: required (or --resume DIR to continue a run)")
+        if not args.out:
+            raise ValueError("--out: required, the folder to write the run into")
+        config = TrainConfig.from_toml(args.config, args.overrides)
+        out = args.out
+    budgets = []
+    if args.max_steps is not None:
+        budgets.append(f"optim.max_steps={args.max_steps}")
+    if args.max_minutes is not None:
+        budgets.append(f"optim.max_minutes={args.max_minutes}")
+    return config.with_overrides(budgets), out
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+
+    from attnkit.training.distributed import close_distributed
+    from attnkit.training.trainer import Trainer
+
+    config, out = _config(args)
+    trainer = Trainer(config, out, resume=bool(args.resume), progress=not args.no_progress)
+    try:
+        result = trainer.fit()
+    finally:
+        close_distributed()
+    logging.getLogger(__name__).info(
+        "done: step %d, stopped by %s; checkpoints in %s", result.step, result.stop_reason, out
+    )
+    return 0

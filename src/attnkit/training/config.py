@@ -1,0 +1,330 @@
+"""Training configuration: three dataclasses (model, data, optimisation) read from TOML.
+
+A config file has the sections ``[model]``, ``[data]`` and ``[optim]``; every key is a field
+of :class:`~attnkit.models.TransformerConfig`, :class:`DataConfig` or :class:`OptimConfig`
+and every key may be left out (the defaults are the paper's recipe at Multi30k size)::
+
+    [model]
+    d_model = 256
+    dropout = 0.1
+
+    [optim]
+    warmup_steps = 2000
+
+Command-line overrides ``section.key=value`` are parsed as TOML values
+(``model.dropout=0.3``, ``optim.betas=[0.9, 0.98]``); a bare word is accepted for a string
+field (``data.corpus=copy``). Unknown sections or keys raise ``ValueError`` naming them and
+listing the known ones. The vocabulary sizes and the pad id of the model come from the
+tokenizer and cannot be set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tomllib
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnkit.models.transformer import TransformerConfig
+
+AUTOCAST_MODES = ("auto", "bf16", "fp16", "none")
+BEST_METRICS = ("auto", "val_loss", "val_bleu")
+# Set from the tokenizer, never from a config file.
+TOKENIZER_MODEL_KEYS = ("src_vocab_size", "tgt_vocab_size", "pad_id")
+
+
+def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name}: expected a number {bound}, got {value!r}")
+
+
+@dataclass
+class DataConfig:
+    """Where the parallel text comes from and how it becomes token batches."""
+
+    corpus: str = "multi30k"  # shipped corpus name, "copy" (synthetic copy task) or "" (files)
+    src_lang: str = "de"  # source language of a named corpus
+    tgt_lang: str = "en"  # target language of a named corpus
+    train_split: str = "train"  # split of a named corpus used for training
+    val_split: str = "val"  # split of a named corpus used for validation
+    train_src: str = ""  # with corpus = "": training source file (plain or gzipped)
+    train_tgt: str = ""  # with corpus = "": training target file
+    val_src: str = ""  # with corpus = "": validation source file
+    val_tgt: str = ""  # with corpus = "": validation target file
+    max_train_pairs: int = 0  # keep only the first N training pairs (0 = all)
+    vocab_size: int = 8000  # joint BPE vocabulary, specials and 256 byte tokens included
+    min_frequency: int = 2  # a BPE merge needs this many occurrences
+    max_tokens: int = 4096  # padded tokens per batch (per rank, per micro-batch)
+    max_len: int = 0  # longest pair in tokens (with eos); 0 = the model's max_len
+    seed: int = 0  # seed of the batch order (epoch e uses (seed, e))
+    copy_train_pairs: int = 500  # corpus = "copy": training pairs
+    copy_val_pairs: int = 100  # corpus = "copy": validation pairs
+    copy_words: int = 20  # corpus = "copy": distinct pseudo-words
+    copy_min_len: int = 3  # corpus = "copy": shortest sequence, in words
+    copy_max_len: int = 10  # corpus = "copy": longest sequence, in words
+
+    def __post_init__(self) -> None:
+        if not self.corpus and not (self.train_src and self.train_tgt):
+            raise ValueError('data: with corpus = "" both train_src and train_tgt must name files')
+        if bool(self.val_src) != bool(self.val_tgt):
+            raise ValueError(
+                f"data: val_src={self.val_src!r} and val_tgt={self.val_tgt!r}: give both or neither"
+            )
+        for name in ("vocab_size", "max_tokens", "copy_words", "copy_min_len"):
+            _positive(f"data.{name}", getattr(self, name))
+        for name in ("max_train_pairs", "max_len", "seed", "copy_train_pairs", "copy_val_pairs"):
+            _positive(f"data.{name}", getattr(self, name), allow_zero=True)
+        if self.copy_max_len < self.copy_min_len:
+            raise ValueError(
+                f"data.copy_max_len={self.copy_max_len} must be >= "
+                f"data.copy_min_len={self.copy_min_len}"
+            )
+
+
+@dataclass
+class OptimConfig:
+    """Optimiser, schedule, loss, budgets and run-time settings."""
+
+    lr_scale: float = 1.0  # peak scale: lr = lr_scale * d_model^-0.5 * min(s^-0.5, s * w^-1.5)
+    warmup_steps: int = 4000  # w in the schedule above (the paper: 4000)
+    betas: tuple[float, float] = (0.9, 0.98)  # Adam betas (the paper)
+    eps: float = 1e-9  # Adam epsilon (the paper)
+    weight_decay: float = 0.0  # decoupled (AdamW-style) weight decay; 0 = the paper's Adam
+    clip_norm: float = 1.0  # clip the global gradient norm to this; 0 = no clipping
+    accumulation: int = 1  # micro-batches per optimizer step
+    label_smoothing: float = 0.1  # epsilon of seed 003's smoothing (the paper: 0.1)
+    max_steps: int = 0  # stop after this many optimizer steps (0 = no limit)
+    max_epochs: int = 0  # stop after this many epochs (0 = no limit)
+    max_minutes: float = 0.0  # stop after this much wall time, resumed time included (0 = none)
+    patience: int = 0  # stop after this many evaluations without a new best (0 = never)
+    val_bleu: bool = False  # also decode the validation set (greedy) and log val_bleu
+    val_bleu_sentences: int = 0  # decode only the first N validation pairs (0 = all)
+    best_metric: str = "auto"  # "val_loss", "val_bleu", or "auto" (val_bleu when logged)
+    log_every: int = 50  # steps between training-loss records
+    eval_every: int = 0  # steps between evaluations; 0 = at the end of every epoch
+    save_every: int = 0  # steps between `last` checkpoints; 0 = at every evaluation
+    autocast: str = "auto"  # "auto", "bf16", "fp16" or "none" (see attnkit.training.precision)
+    compile: bool = False  # torch.compile the model (measured slower on a 2-core AVX2 CPU)
+    seed: int = 0  # seed of weight initialisation and dropout
+    threads: int = 0  # torch intra-op threads per process; 0 = physical cores / local ranks
+    device: str = "auto"  # "auto" (CUDA when available), "cpu", "cuda", "cuda:1", ...
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"optim.betas: expected two numbers in [0, 1), got {self.betas!r}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(
+                f"optim.label_smoothing: expected a number in [0, 1), got {self.label_smoothing!r}"
+            )
+        if self.autocast not in AUTOCAST_MODES:
+            raise ValueError(
+                f"optim.autocast: expected one of {list(AUTOCAST_MODES)}, got {self.autocast!r}"
+            )
+        if self.best_metric not in BEST_METRICS:
+            raise ValueError(
+                f"optim.best_metric: expected one of {list(BEST_METRICS)}, got {self.best_metric!r}"
+            )
+        for name in ("lr_scale", "eps", "accumulation", "log_every", "warmup_steps"):
+            _positive(f"optim.{name}", getattr(self, name))
+        for name in (
+            "weight_decay",
+            "clip_norm",
+            "max_steps",
+            "max_epochs",
+            "max_minutes",
+            "patience",
+            "eval_every",
+            "val_bleu_sentences",
+            "save_every",
+            "seed",
+            "threads",
+        ):
+            _positive(f"optim.{name}", getattr(self, name), allow_zero=True)
+        if not math.isfinite(self.max_minutes):
+            raise ValueError(f"optim.max_minutes: expected a finite number, got {self.max_minutes}")
+
+
+SECTIONS: dict[str, type] = {"model": TransformerConfig, "data": DataConfig, "optim": OptimConfig}
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run needs: ``model``, ``data`` and ``optim`` sections."""
+
+    model: TransformerConfig = field(default_factory=TransformerConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Plain nested dict (tuples as lists), the inverse of :meth:`from_dict`."""
+        out = {}
+        for name in SECTIONS:
+            values = dataclasses.asdict(getattr(self, name))
+            out[name] = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+        return out
+
+    @classmethod
+    def from_dict(
+        cls, raw: Mapping[str, Any], *, allow_tokenizer_keys: bool = False
+    ) -> TrainConfig:
+        """Builds a config from ``{"model": {...}, "data": {...}, "optim": {...}}``.
+
+        Args:
+            raw: Sections as mappings; a missing section or key takes its default.
+            allow_tokenizer_keys: Accept ``model.src_vocab_size`` etc. (true when reading a
+                checkpoint's ``config.json``, where they were filled in from the tokenizer).
+
+        Raises:
+            ValueError: On an unknown section or key, a value of the wrong type, or a value
+                out of range.
+        """
+        unknown = sorted(set(raw) - set(SECTIONS))
+        if unknown:
+            raise ValueError(f"unknown config section(s) {unknown}; known: {list(SECTIONS)}")
+        sections = {}
+        for name, section_type in SECTIONS.items():
+            values = raw.get(name, {})
+            if not isinstance(values, Mapping):
+                raise ValueError(f"[{name}]: expected a table of keys, got {values!r}")
+            hints = _field_types(section_type)
+            if name == "model" and not allow_tokenizer_keys:
+                for key in TOKENIZER_MODEL_KEYS:
+                    if key in values:
+                        raise ValueError(
+                            f"model.{key}: set from the tokenizer, not in the config "
+                            f"(use data.vocab_size for the vocabulary)"
+                        )
+                hints = {k: v for k, v in hints.items() if k not in TOKENIZER_MODEL_KEYS}
+            bad = sorted(set(values) - set(hints))
+            if bad:
+                raise ValueError(
+                    f"unknown key(s) {[f'{name}.{k}' for k in bad]}; known [{name}] keys: "
+                    f"{sorted(hints)}"
+                )
+            kwargs = {k: _coerce(f"{name}.{k}", v, hints[k]) for k, v in values.items()}
+            sections[name] = section_type(**kwargs)
+        return cls(**sections)
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike[str], overrides: Iterable[str] = ()) -> TrainConfig:
+        """Reads a TOML config file and applies ``section.key=value`` overrides.
+
+        Raises:
+            FileNotFoundError: If ``path`` does not exist.
+            ValueError: On TOML syntax errors, bad overrides, unknown keys or bad values.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"config file {os.fspath(path)!r} does not exist")
+        try:
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as err:
+            raise ValueError(f"config file {os.fspath(path)!r} is not valid TOML: {err}") from None
+        return cls.from_dict(apply_overrides(raw, overrides))
+
+    def with_overrides(self, overrides: Iterable[str]) -> TrainConfig:
+        """A copy with ``section.key=value`` overrides applied (see :func:`apply_overrides`)."""
+        return TrainConfig.from_dict(
+            apply_overrides(self.to_dict(), overrides), allow_tokenizer_keys=True
+        )
+
+    def to_toml(self) -> str:
+        """The config as TOML text, every key written out (vocabulary sizes left out)."""
+        lines = []
+        for name, values in self.to_dict().items():
+            lines.append(f"[{name}]")
+            for key, value in values.items():
+                if name == "model" and key in TOKENIZER_MODEL_KEYS:
+                    continue
+                lines.append(f"{key} = {_toml_value(value)}")
+            lines.append("")
+        return "\n".join(lines)
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Returns a copy of ``raw`` with each ``section.key=value`` override set.
+
+    The value is parsed as a TOML value; if that fails and the field is a string, the text is
+    taken as it is.
+
+    Raises:
+        ValueError: If an override is not ``section.key=value``, names an unknown section or
+            key, or has a value that is not TOML (for a non-string field).
+    """
+    out = {name: dict(values) for name, values in raw.items() if isinstance(values, Mapping)}
+    out.update({name: values for name, values in raw.items() if not isinstance(values, Mapping)})
+    for item in overrides:
+        target, sep, text = item.partition("=")
+        section, dot, key = target.strip().partition(".")
+        if not sep or not dot or not section or not key:
+            raise ValueError(f"--set {item!r}: expected section.key=value, e.g. model.dropout=0.3")
+        if section not in SECTIONS:
+            raise ValueError(
+                f"--set {item!r}: unknown section {section!r}; known: {list(SECTIONS)}"
+            )
+        hints = _field_types(SECTIONS[section])
+        if key not in hints:
+            raise ValueError(
+                f"--set {item!r}: unknown key {section}.{key}; known [{section}] keys: "
+                f"{sorted(hints)}"
+            )
+        try:
+            value = tomllib.loads(f"v = {text.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            if hints[key] is not str:
+                raise ValueError(
+                    f"--set {item!r}: {text.strip()!r} is not a TOML value "
+                    f"(numbers as 0.3, booleans as true/false, lists as [0.9, 0.98])"
+                ) from None
+            value = text.strip()
+        out.setdefault(section, {})[key] = value
+    return out
+
+
+def _field_types(section_type: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(section_type)
+    return {f.name: hints[f.name] for f in dataclasses.fields(section_type)}
+
+
+def _coerce(name: str, value: Any, hint: Any) -> Any:
+    """Checks ``value`` against the field type; ints are accepted for floats, lists for tuples."""
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif hint is str:
+        ok = isinstance(value, str)
+    elif typing.get_origin(hint) is tuple:
+        args = typing.get_args(hint)
+        ok = (
+            isinstance(value, (list, tuple))
+            and len(value) == len(args)
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+        )
+        value = tuple(float(v) for v in value) if ok else value
+    else:  # pragma: no cover - every field above is one of these types
+        raise TypeError(f"{name}: unsupported field type {hint!r}")
+    if not ok:
+        expected = getattr(hint, "__name__", str(hint))
+        raise ValueError(f"{name}: expected {expected}, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return repr(value)

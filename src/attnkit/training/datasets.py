@@ -1,0 +1,73 @@
+"""The texts and encoded pairs of a run, as its ``[data]`` section describes them."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from attnkit.data import (
+    ParallelCorpus,
+    SubwordTokenizer,
+    copy_task_pairs,
+    encode_pairs,
+    load_named_corpus,
+    load_parallel,
+)
+from attnkit.training.config import DataConfig
+
+logger = logging.getLogger(__name__)
+
+COPY_CORPUS = "copy"
+
+Pairs = list[tuple[list[int], list[int]]]
+
+
+@dataclass(frozen=True)
+class TextData:
+    """Training and (optional) validation sentences."""
+
+    train: ParallelCorpus
+    val: ParallelCorpus | None
+
+
+def load_text(cfg: DataConfig) -> TextData:
+    """Reads the corpus named by ``cfg.corpus``, the synthetic copy task, or two file pairs."""
+    if cfg.corpus == COPY_CORPUS:
+
+        def copy_corpus(n: int, seed: int) -> ParallelCorpus:
+            pairs = copy_task_pairs(n, cfg.copy_words, cfg.copy_min_len, cfg.copy_max_len, seed)
+            return ParallelCorpus(src=[s for s, _ in pairs], tgt=[t for _, t in pairs])
+
+        train = copy_corpus(cfg.copy_train_pairs, cfg.seed)
+        val = copy_corpus(cfg.copy_val_pairs, cfg.seed + 1) if cfg.copy_val_pairs else None
+    elif cfg.corpus:
+        langs = dict(name=cfg.corpus, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang)
+        train = load_named_corpus(split=cfg.train_split, **langs)
+        val = load_named_corpus(split=cfg.val_split, **langs) if cfg.val_split else None
+    else:
+        train = load_parallel(cfg.train_src, cfg.train_tgt)
+        val = load_parallel(cfg.val_src, cfg.val_tgt) if cfg.val_src else None
+    if cfg.max_train_pairs and len(train) > cfg.max_train_pairs:
+        n = cfg.max_train_pairs
+        train = ParallelCorpus(src=train.src[:n], tgt=train.tgt[:n])
+    logger.info(
+        "data: %d training pairs, %d validation pairs (%s)",
+        len(train),
+        0 if val is None else len(val),
+        cfg.corpus or f"{cfg.train_src}, {cfg.train_tgt}",
+    )
+    return TextData(train=train, val=val)
+
+
+def train_tokenizer(text: TextData, cfg: DataConfig) -> SubwordTokenizer:
+    """A joint BPE over both sides of the training text."""
+    tokenizer = SubwordTokenizer.train(
+        text.train.src + text.train.tgt, cfg.vocab_size, min_frequency=cfg.min_frequency
+    )
+    logger.info("tokenizer: joint BPE with %d tokens", tokenizer.vocab_size)
+    return tokenizer
+
+
+def encode(corpus: ParallelCorpus | None, tokenizer: SubwordTokenizer) -> Pairs:
+    """Subword id pairs without bos/eos (empty for no corpus)."""
+    return [] if corpus is None else encode_pairs(corpus, tokenizer)

@@ -1,0 +1,103 @@
+"""Process-group helpers: one code path for 1 process and for ``torchrun`` ranks.
+
+``torchrun --nproc-per-node N -m attnkit train ...`` sets ``WORLD_SIZE``, ``RANK`` and
+``LOCAL_RANK``; :func:`init_distributed` then joins the group with gloo (CPU) or nccl (CUDA).
+Without those variables everything here degrades to single-process no-ops.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this process sits among the training processes."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0, the only process that writes files."""
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def pick_device(spec: str, local_rank: int = 0) -> torch.device:
+    """``"auto"`` -> this rank's CUDA device when available, else CPU; otherwise ``spec``."""
+    if spec == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", local_rank % torch.cuda.device_count())
+        return torch.device("cpu")
+    device = torch.device(spec)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"optim.device={spec!r} but CUDA is not available")
+    return device
+
+
+def init_distributed(device_spec: str = "auto") -> DistInfo:
+    """Joins the process group described by torchrun's environment, if any."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return DistInfo(device=pick_device(device_spec))
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
+    device = pick_device(device_spec, local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    logger.info("rank %d of %d on %s (%s)", rank, world_size, device, dist.get_backend())
+    return DistInfo(rank, world_size, local_rank, local_world_size, device)
+
+
+def close_distributed() -> None:
+    """Leaves the process group (safe to call when there is none)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_reduce_sum(tensor: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    """Sums ``tensor`` over ranks in place (and returns it); a no-op for one process."""
+    if info.distributed:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def broadcast_object(obj: Any, info: DistInfo, src: int = 0) -> Any:
+    """Rank ``src``'s ``obj`` on every rank."""
+    if not info.distributed:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def gather_objects(obj: Any, info: DistInfo) -> list[Any]:
+    """Every rank's ``obj``, in rank order, on every rank."""
+    if not info.distributed:
+        return [obj]
+    out: list[Any] = [None] * info.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier(info: DistInfo) -> None:
+    if info.distributed:
+        dist.barrier()

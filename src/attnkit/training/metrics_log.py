@@ -1,0 +1,73 @@
+"""The run's records: ``metrics.jsonl`` (one JSON object a line) and ``train.log``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from attnkit.training.checkpoint import write_text_atomic
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class MetricsLog:
+    """Appends records to ``metrics.jsonl``; a no-op on ranks other than 0.
+
+    Args:
+        path: The JSONL file.
+        enabled: Write at all (False on ranks other than 0).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, enabled: bool = True) -> None:
+        self.path = Path(path)
+        self.enabled = enabled
+
+    def truncate_after(self, step: int) -> None:
+        """Drops records after ``step``: a resumed run writes them again."""
+        if not (self.enabled and self.path.is_file()):
+            return
+        kept = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:  # a line cut short by a kill
+                continue
+            if record.get("step", 0) <= step:
+                kept.append(line + "\n")
+        write_text_atomic(self.path, "".join(kept))
+
+    def write(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        clean = {k: _json_number(v) for k, v in record.items()}
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(clean) + "\n")
+
+
+def _json_number(value: Any) -> Any:
+    # JSON has no NaN/inf: write them as null rather than produce an invalid file.
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """All records of a ``metrics.jsonl`` file."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def add_file_handler(path: str | os.PathLike[str]) -> logging.Handler:
+    """Copies attnkit's log records (INFO and above) into ``path``; returns the handler."""
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.setLevel(logging.INFO)
+    root = logging.getLogger("attnkit")
+    root.addHandler(handler)
+    if root.getEffectiveLevel() > logging.INFO:
+        root.setLevel(logging.INFO)
+    return handler

@@ -1,0 +1,84 @@
+"""Validation loss against training minutes, from a run's ``metrics.jsonl``.
+
+python -m attnkit.training.plot runs/de_en/metrics.jsonl docs/multi30k_val_loss.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from attnkit.training.metrics_log import read_metrics
+
+
+def plot_val_loss(
+    metrics_path: str | os.PathLike[str],
+    out_png: str | os.PathLike[str],
+    *,
+    title: str | None = None,
+) -> Path:
+    """Draws ``val_loss`` (y) against ``elapsed_sec / 60`` (x) and writes a PNG.
+
+    Args:
+        metrics_path: A run's ``metrics.jsonl``.
+        out_png: The image to write (its folder is created).
+        title: Plot title (default: the run folder's name).
+
+    Returns:
+        The PNG path.
+
+    Raises:
+        ValueError: If the file has no evaluation records.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [r for r in read_metrics(metrics_path) if r.get("val_loss") is not None]
+    if not records:
+        raise ValueError(f"{os.fspath(metrics_path)!r} has no val_loss records to plot")
+    minutes = [r["elapsed_sec"] / 60.0 for r in records]
+    loss = [r["val_loss"] for r in records]
+    best = min(range(len(loss)), key=loss.__getitem__)
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    ax.plot(minutes, loss, marker="o", markersize=3, linewidth=1.5, label="validation loss")
+    ax.scatter(
+        [minutes[best]],
+        [loss[best]],
+        color="tab:red",
+        zorder=3,
+        label=f"best {loss[best]:.3f} (step {records[best]['step']})",
+    )
+    ax.set_xlabel("training time (minutes, wall clock)")
+    ax.set_ylabel("validation cross-entropy (nats / token)")
+    ax.set_title(title or Path(metrics_path).resolve().parent.name)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Plot validation loss against minutes.")
+    parser.add_argument("metrics", help="a run's metrics.jsonl")
+    parser.add_argument("out", help="the PNG to write")
+    parser.add_argument("--title", default=None)
+    args = parser.parse_args(argv)
+    try:
+        print(plot_val_loss(args.metrics, args.out, title=args.title))
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""`attnkit train`: help, errors that name the problem, a short run, resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from attnkit.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = str(ROOT / "configs" / "tiny_copy.toml")
+FAST = [
+    "--set",
+    "model.d_model=16",
+    "--set",
+    "model.num_heads=2",
+    "--set",
+    "model.d_ff=32",
+    "--set",
+    "model.num_encoder_layers=1",
+    "--set",
+    "model.num_decoder_layers=1",
+    "--set",
+    "data.copy_train_pairs=50",
+    "--set",
+    "data.copy_val_pairs=10",
+    "--set",
+    "data.max_tokens=128",
+]
+
+
+def test_help_explains_every_option(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for option in [
+        "--config",
+        "--set",
+        "--out",
+        "--resume",
+        "--max-steps",
+        "--max-minutes",
+        "--no-progress",
+        "metrics.jsonl",
+        "torchrun",
+    ]:
+        assert option in out, option
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--config", "nope.toml", "--out", "x"], "config file 'nope.toml' does not exist"),
+        (["--out", "x"], "--config: required"),
+        (["--config", TINY], "--out: required"),
+        (["--config", TINY, "--out", "x", "--set", "model.dropout"], "expected section.key=value"),
+        (["--config", TINY, "--out", "x", "--set", "model.heads=2"], "unknown key model.heads"),
+        (["--config", TINY, "--out", "x", "--set", "optim.max_steps=1.5"], "expected int"),
+        (["--config", TINY, "--resume", "x"], "--config: not allowed with --resume"),
+    ],
+)
+def test_errors_are_one_clear_line(capsys, tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnkit train: error:") and message in err, err
+    assert "Traceback" not in err
+
+
+def test_unknown_key_in_file_lists_known_keys(capsys, tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("[optim]\nlearning_rate = 0.1\n")
+    assert main(["train", "--config", str(config), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "optim.learning_rate" in err and "'lr_scale'" in err and "'warmup_steps'" in err
+
+
+def test_resume_without_checkpoint(capsys, tmp_path):
+    assert main(["train", "--resume", str(tmp_path)]) == 2
+    assert "no `last` checkpoint" in capsys.readouterr().err
+
+
+def test_short_run_then_resume_with_a_larger_budget(capsys, tmp_path):
+    out = tmp_path / "run"
+    args = ["train", "--no-progress", "--config", TINY, "--out", str(out), *FAST]
+    assert main([*args, "--max-steps", "3"]) == 0
+    assert json.loads((out / "last" / "state.json").read_text())["step"] == 3
+    assert main([*args, "--max-steps", "3"]) == 2  # the folder already holds a run
+    assert "already holds a run" in capsys.readouterr().err
+    assert main(["train", "--no-progress", "--resume", str(out), "--max-steps", "5"]) == 0
+    assert json.loads((out / "last" / "state.json").read_text())["step"] == 5
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps) and steps[-1] == 5
+    assert "resuming run" in (out / "train.log").read_text()

@@ -1,0 +1,79 @@
+"""Two DDP processes (torchrun, gloo) take the same steps as one process with the same
+global batch: per-step losses, validation loss and final weights agree."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from attnkit.training import train
+from attnkit.training.metrics_log import read_metrics
+
+from .conftest import FAST, TINY_COPY, fast_config, run, weights
+
+pytestmark = pytest.mark.skipif(
+    not torch.distributed.is_available(), reason="torch.distributed is not available"
+)
+STEPS = 8
+# No dropout: each rank has its own random stream, a single process has one.
+OPTIONS = ["model.dropout=0.0", "optim.eval_every=4", f"optim.max_steps={STEPS}"]
+
+
+def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
+    sets = [arg for item in [*FAST, *OPTIONS] for arg in ("--set", item)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "attnkit",
+        "train",
+        "--no-progress",
+        "--config",
+        str(TINY_COPY),
+        "--out",
+        str(tmp_path / "ddp"),
+        *sets,
+    ]
+    done = run(cmd)
+    assert "2 process(es)" in done.stderr
+
+    # One process, accumulating the two batches the two ranks take at each step
+    # (rank r gets batches r, r + 2, ...; accumulation takes 2k and 2k + 1).
+    single = train(
+        fast_config(*OPTIONS, "optim.accumulation=2"), tmp_path / "single", progress=False
+    )
+    assert single.step == STEPS
+
+    def records(folder, key):
+        return [(r["step"], r[key]) for r in read_metrics(folder / "metrics.jsonl") if key in r]
+
+    ddp_loss, one_loss = (
+        records(tmp_path / "ddp", "train_loss"),
+        records(tmp_path / "single", "train_loss"),
+    )
+    assert [s for s, _ in ddp_loss] == [s for s, _ in one_loss] == list(range(1, STEPS + 1))
+    for (_, a), (_, b) in zip(ddp_loss, one_loss, strict=True):
+        assert a == pytest.approx(b, abs=1e-5)
+    assert ddp_loss[0][1] > ddp_loss[-1][1]  # it trained
+    for (_, a), (_, b) in zip(
+        records(tmp_path / "ddp", "val_loss"), records(tmp_path / "single", "val_loss"), strict=True
+    ):
+        assert a == pytest.approx(b, abs=1e-5)
+    got, want = weights(tmp_path / "ddp"), weights(tmp_path / "single")
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=0, atol=1e-5, msg=name)
+    # Rank 0 alone writes: one log, one metrics file, no per-rank files.
+    assert sorted(p.name for p in (tmp_path / "ddp").iterdir()) == [
+        "best",
+        "config.toml",
+        "last",
+        "metrics.jsonl",
+        "tokenizer.json",
+        "train.log",
+    ]

@@ -1,0 +1,139 @@
+"""The trainer's pieces: the loss over non-pad positions, budgets, run folders, resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnkit.models import Transformer, TransformerConfig
+from attnkit.training.metrics_log import read_metrics
+from attnkit.training.trainer import SequenceLoss, Trainer, train
+
+from .conftest import fast_config, weights
+
+
+def test_sequence_loss_equals_full_logits_cross_entropy():
+    """Logits only for real target tokens give torch's label-smoothed loss and gradients."""
+    torch.manual_seed(0)
+    cfg = TransformerConfig(
+        src_vocab_size=23,
+        tgt_vocab_size=23,
+        d_model=16,
+        num_heads=2,
+        d_ff=32,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        dropout=0.0,
+        attn_dropout=0.0,
+    )
+    model = Transformer(cfg)
+    src = torch.randint(4, 23, (3, 7))
+    tgt = torch.randint(4, 23, (3, 6))
+    src[1, 4:] = 0
+    tgt[2, 3:] = 0
+    tgt_in, tgt_out = tgt, torch.cat([tgt[:, 1:], torch.zeros(3, 1, dtype=torch.long)], 1)
+
+    got = SequenceLoss(model)(src, tgt_in, tgt_out, 0.1)
+    got.backward()
+    got_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    logits = model(src, tgt_in)  # (B, T, V), every position
+    want = F.cross_entropy(
+        logits.flatten(0, 1),
+        tgt_out.flatten(),
+        ignore_index=0,
+        label_smoothing=0.1,
+        reduction="sum",
+    )
+    want.backward()
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-5)
+    for g, p in zip(got_grads, model.parameters(), strict=True):
+        torch.testing.assert_close(g, p.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_a_budget_is_required(tmp_path):
+    config = fast_config("optim.max_steps=0")
+    with pytest.raises(ValueError, match=r"set a budget"):
+        Trainer(config, tmp_path)
+
+
+def test_stop_resume_continues_exactly_with_accumulation_and_epochs(tmp_path):
+    """Stopping at step 7 and resuming to 16 gives the weights of 16 steps in one go, with
+    dropout, gradient accumulation over epoch boundaries and evaluations in between."""
+    extra = ["optim.accumulation=2", "optim.eval_every=5", "data.copy_train_pairs=60"]
+    full = train(fast_config("optim.max_steps=16", *extra), tmp_path / "full", progress=False)
+    train(fast_config("optim.max_steps=7", *extra), tmp_path / "part", progress=False)
+    resumed = train(
+        fast_config("optim.max_steps=16", *extra), tmp_path / "part", resume=True, progress=False
+    )
+    assert full.step == resumed.step == 16 and full.epoch == resumed.epoch > 2
+    a, b = weights(tmp_path / "full"), weights(tmp_path / "part")
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+    def losses(run):
+        return [r["train_loss"] for r in read_metrics(run / "metrics.jsonl") if "train_loss" in r]
+
+    assert losses(tmp_path / "full") == losses(tmp_path / "part")
+
+
+def test_run_folder_contents_and_best_checkpoint(tmp_path):
+    config = fast_config("optim.max_steps=6", "optim.eval_every=2", "optim.val_bleu=false")
+    result = train(config, tmp_path, progress=False)
+    assert result.stop_reason == "max_steps" and result.step == 6
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    train_keys = {"step", "epoch", "train_loss", "lr", "tokens_per_sec", "elapsed_sec"}
+    assert set(records[0]) == train_keys
+    assert [r["step"] for r in records if "train_loss" in r] == [1, 2, 3, 4, 5, 6]
+    evals = [r for r in records if "val_loss" in r]
+    assert [r["step"] for r in evals] == [2, 4, 6]
+    assert {"val_loss", "val_ppl", "step", "epoch", "elapsed_sec"} == set(evals[0])
+    assert (tmp_path / "train.log").read_text().count("val_loss") >= len(evals)
+    assert json.loads((tmp_path / "last" / "state.json").read_text())["step"] == 6
+    best = json.loads((tmp_path / "best" / "state.json").read_text())
+    assert best["run"]["best_value"] == min(r["val_loss"] for r in evals)
+    assert (tmp_path / "config.toml").is_file() and (tmp_path / "tokenizer.json").is_file()
+    with pytest.raises(ValueError, match=r"already holds a run"):
+        train(config, tmp_path, progress=False)
+
+
+def test_early_stopping(tmp_path):
+    config = fast_config("optim.max_steps=100", "optim.eval_every=2", "optim.patience=2")
+    result = train(config, tmp_path, eval_hook=lambda model: {"val_bleu": 5.0}, progress=False)
+    assert result.stop_reason == "early_stopping" and result.step == 6
+
+
+def test_eval_hook_metrics_are_logged_and_select_best(tmp_path):
+    calls = []
+
+    def hook(model):
+        calls.append(model.training)
+        return {"val_bleu": float(len(calls) % 2)}  # 1, 0, 1, ...
+
+    config = fast_config("optim.max_steps=6", "optim.eval_every=2")
+    result = train(config, tmp_path, eval_hook=hook, progress=False)
+    assert calls == [False, False, False]
+    assert result.best_metric == "val_bleu" and result.best_value == 1.0
+    evals = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "val_bleu" in r]
+    assert [r["val_bleu"] for r in evals] == [1.0, 0.0, 1.0]
+    assert json.loads((tmp_path / "best" / "state.json").read_text())["step"] == 2
+
+
+def test_val_bleu_from_attnkit_decoding(tmp_path):
+    result = train(fast_config("optim.max_steps=4", "optim.eval_every=2"), tmp_path, progress=False)
+    evals = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "val_loss" in r]
+    assert [r["step"] for r in evals] == [2, 4]
+    assert all(0.0 <= r["val_bleu"] <= 100.0 for r in evals)
+    assert result.best_metric == "val_bleu"
+
+
+def test_long_pairs_are_skipped_and_counted(tmp_path, caplog):
+    config = fast_config("optim.max_steps=1", "data.max_len=6")
+    with caplog.at_level("INFO"):
+        train(config, tmp_path, progress=False)
+    assert "skipped as longer than max_len=6" in caplog.text
+    line = next(m for m in caplog.messages if m.startswith("train:"))
+    assert int(line.split(" pairs kept, ")[1].split()[0]) > 0
