@@ -23,17 +23,13 @@ import time
 
 import torch
 import torch.nn.functional as F
+from machine import cpu_name  # noqa: E402  (benchmarks/machine.py)
 
 import attnkit
 
 
 def machine() -> str:
-    cpu = platform.processor() or "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_name()
     return (
         f"{platform.platform()} | CPU {cpu} | torch {torch.__version__} | "
         f"threads {torch.get_num_threads()} | capability "

@@ -28,6 +28,7 @@ import time  # noqa: E402
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
+from machine import cpu_name  # noqa: E402  (benchmarks/machine.py)
 
 from attnkit.models.bert import BertModel  # noqa: E402
 
@@ -40,12 +41,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 def machine_info() -> str:
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_name()
     return (
         f"platform {platform.platform()}; CPU {cpu}; os.cpu_count() {os.cpu_count()}, "
         f"usable {affinity}; torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}), "

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import sacrebleu
+from machine import cpu_name  # noqa: E402  (benchmarks/machine.py)
 from sacrebleu.metrics import BLEU
 
 from attnkit.metrics import corpus_bleu
@@ -34,12 +35,7 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "t
 
 
 def machine() -> dict:
-    cpu = platform.processor() or "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_name()
     return {
         "platform": platform.platform(),
         "cpu": cpu,

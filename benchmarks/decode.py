@@ -39,6 +39,7 @@ import time  # noqa: E402
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
+from machine import cpu_name  # noqa: E402  (benchmarks/machine.py)
 
 from attnkit.data import SubwordTokenizer, load_named_corpus  # noqa: E402
 from attnkit.decoding import DecodingConfig, generate, token_batches  # noqa: E402
@@ -50,12 +51,7 @@ SIZE = dict(d_model=256, layers=3, heads=8, d_ff=1024, vocab=8000, max_len=256)
 
 def machine_info() -> str:
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_name()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return (
         f"CPU {cpu}; usable cores {affinity}; load average {load:.1f}; torch {torch.__version__} "
