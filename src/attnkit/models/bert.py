@@ -172,14 +172,13 @@ class BertModel(nn.Module):
             d_ff=c.intermediate_size,
             dropout=c.hidden_dropout_prob,
             attn_dropout=c.attention_probs_dropout_prob,
+            # BERT drops out the feed-forward's output only (in the residual block), not its
+            # hidden activations: this keeps training identical to BERT's.
+            ffn_dropout=0.0,
             activation=c.hidden_act,
             norm_first=False,
             layer_norm_eps=c.layer_norm_eps,
         )
-        for layer in self.encoder.layers:
-            # BERT drops out the feed-forward's output only (in the residual block), not its
-            # hidden activations as attnkit's FeedForward does: this keeps training identical.
-            layer.ffn.dropout = nn.Identity()
         self.pooler = nn.Linear(c.hidden_size, c.hidden_size) if add_pooler else None
         self.tokenizer = tokenizer
         self.pooling = Pooling() if pooling is None else pooling

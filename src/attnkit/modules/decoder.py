@@ -23,6 +23,7 @@ class DecoderLayer(nn.Module):
         *,
         dropout: float = 0.1,
         attn_dropout: float | None = None,
+        ffn_dropout: float | None = None,
         activation: str = "relu",
         norm_first: bool = False,
         layer_norm_eps: float = 1e-5,
@@ -30,9 +31,10 @@ class DecoderLayer(nn.Module):
     ) -> None:
         super().__init__()
         attn_dropout = dropout if attn_dropout is None else attn_dropout
+        ffn_dropout = dropout if ffn_dropout is None else ffn_dropout
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=attn_dropout, bias=bias)
         self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=attn_dropout, bias=bias)
-        self.ffn = FeedForward(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
+        self.ffn = FeedForward(d_model, d_ff, activation=activation, dropout=ffn_dropout, bias=bias)
         block = dict(dropout=dropout, norm_first=norm_first, eps=layer_norm_eps)
         self.self_block = Residual(d_model, **block)
         self.cross_block = Residual(d_model, **block)

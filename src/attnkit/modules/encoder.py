@@ -18,6 +18,8 @@ class EncoderLayer(nn.Module):
         d_ff: feed-forward hidden width.
         dropout: residual and feed-forward dropout.
         attn_dropout: dropout on attention weights (default: ``dropout``, as torch.nn does).
+        ffn_dropout: dropout on the feed-forward's hidden activations (default: ``dropout``,
+            as torch.nn does; BERT uses 0).
         activation: ``"relu"`` or ``"gelu"``.
         norm_first: pre-LN when true, the paper's post-LN when false.
         layer_norm_eps: LayerNorm epsilon (BERT uses 1e-12).
@@ -32,6 +34,7 @@ class EncoderLayer(nn.Module):
         *,
         dropout: float = 0.1,
         attn_dropout: float | None = None,
+        ffn_dropout: float | None = None,
         activation: str = "relu",
         norm_first: bool = False,
         layer_norm_eps: float = 1e-5,
@@ -39,8 +42,9 @@ class EncoderLayer(nn.Module):
     ) -> None:
         super().__init__()
         attn_dropout = dropout if attn_dropout is None else attn_dropout
+        ffn_dropout = dropout if ffn_dropout is None else ffn_dropout
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=attn_dropout, bias=bias)
-        self.ffn = FeedForward(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
+        self.ffn = FeedForward(d_model, d_ff, activation=activation, dropout=ffn_dropout, bias=bias)
         block = dict(dropout=dropout, norm_first=norm_first, eps=layer_norm_eps)
         self.attn_block = Residual(d_model, **block)
         self.ffn_block = Residual(d_model, **block)
