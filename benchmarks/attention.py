@@ -87,8 +87,12 @@ def interleaved(fns: dict, *, warmup: int, reps: int) -> dict:
         for _ in range(warmup):
             fn()
     times = {name: [] for name in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
+    names = list(fns)
+    for rep in range(reps):
+        # Rotate who goes first: the side after another's backward pass pays for its memory
+        # traffic, and a fixed order would charge that to the same side every time.
+        for name in names[rep % len(names) :] + names[: rep % len(names)]:
+            fn = fns[name]
             t = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t)
