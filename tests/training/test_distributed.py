@@ -13,9 +13,6 @@ from attnkit.training.metrics_log import read_metrics
 
 from .conftest import FAST, TINY_COPY, fast_config, run, weights
 
-pytestmark = pytest.mark.skipif(
-    not torch.distributed.is_available(), reason="torch.distributed is not available"
-)
 STEPS = 8
 # No dropout: each rank has its own random stream, a single process has one.
 OPTIONS = ["model.dropout=0.0", "optim.eval_every=4", f"optim.max_steps={STEPS}"]

