@@ -7,12 +7,21 @@ config's max_tokens), use the same optimizer (attnkit.training.build_optimizer: 
 paper's betas), the same gradient clipping and the same autocast setting. They differ in the
 model code and in how the loss is computed:
 
-* attnkit: ``attnkit.training.SequenceLoss``, the trainer's forward: fused attention through
-  attnkit.attention (boolean masks, is_causal for the decoder), logits only for the real
-  target tokens, label-smoothed cross-entropy from seed 003.
+* attnkit: ``attnkit.training.SequenceLoss``, the trainer's forward: attention through
+  attnkit.attention (boolean masks, is_causal for the decoder; on a CPU with short keys the
+  explicit-backward ``_ShortAttention`` kernel), the output projection only for the real target
+  tokens, fused with seed 003's label-smoothed cross-entropy chunk by chunk
+  (``linear_cross_entropy``: the (N, V) logits are never stored). Dropout as the config says:
+  the shipped config has ``attn_dropout = 0`` and ``ffn_dropout = 0`` (fairseq's defaults).
 * plain: ``nn.Embedding`` * sqrt(d_model) + sinusoidal positions -> ``nn.Transformer``
-  (batch_first, key-padding masks and a causal mask as in the PyTorch tutorial) -> tied
-  ``nn.Linear`` over every position -> ``F.cross_entropy(label_smoothing=..., ignore_index=pad)``.
+  (batch_first, key-padding masks and a causal mask as in the PyTorch tutorial; its single
+  ``dropout`` also drops attention weights and FFN activations, as nn.Transformer always does)
+  -> tied ``nn.Linear`` over every position -> ``F.cross_entropy(label_smoothing=...,
+  ignore_index=pad)``.
+
+To compare with dropout in the same places on both sides, add
+``--set model.attn_dropout=0.1 --set model.ffn_dropout=0.1`` (attnkit then also drops attention
+weights, which takes torch's fused kernel with dropout instead of ``_ShortAttention``).
 
 Timing alternates rounds of steps between the two models in the same process, so a shared
 machine's load affects both alike; tokens/s counts real (non-pad) target tokens.

@@ -482,3 +482,112 @@ def test_key_mask_equals_attending_to_the_real_keys_only(return_weights):
     for b, n in enumerate(lengths.tolist()):
         alone = reference_attention(q[b], k[b, :n], v[b, :n])[0]
         torch.testing.assert_close(out[b].double(), alone, atol=1e-6, rtol=1e-6)
+
+
+# ------------------------------------------------- short-sequence CPU training kernel
+
+
+def _count_short_kernel(monkeypatch):
+    import attnkit.attention as attention_module
+
+    calls = []
+    original = attention_module._ShortAttention.apply
+
+    def counting(*args):
+        calls.append(args[0].shape)
+        return original(*args)
+
+    monkeypatch.setattr(attention_module._ShortAttention, "apply", counting)
+    return calls
+
+
+def _torch_reference(q, k, v, bool_mask, causal):
+    """torch's own SDPA (math backend) with the same mask, rows with no key zeroed."""
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    allowed = torch.ones(t_q, t_k, dtype=torch.bool)
+    if bool_mask is not None:
+        allowed = allowed & bool_mask
+    if causal:
+        allowed = allowed & torch.ones(t_q, t_k, dtype=torch.bool).tril(t_k - t_q)
+    row_ok = allowed.any(-1, keepdim=True)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed | ~row_ok)
+    return out * row_ok
+
+
+@pytest.mark.parametrize(
+    "shape, causal, masked",
+    [
+        ((3, 4, 7, 7, 8), False, True),  # self-attention with key padding
+        ((3, 4, 7, 7, 8), True, False),  # decoder self-attention
+        ((2, 2, 5, 9, 6), True, True),  # end-aligned causal, T_q < T_k, padding
+        ((2, 3, 6, 11, 4), False, True),  # cross-attention, a fully masked row
+        ((1, 1, 1, 96, 8), False, False),  # the longest key length it takes
+    ],
+)
+def test_short_kernel_matches_torch_values_and_gradients(monkeypatch, shape, causal, masked):
+    b, h, t_q, t_k, d = shape
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (
+        torch.randn(b, h, t, d, generator=g, dtype=torch.float64).requires_grad_()
+        for t in (t_q, t_k, t_k)
+    )
+    mask = None
+    if masked:
+        mask = torch.rand(b, 1, t_q, t_k, generator=g) > 0.3
+        mask[0, 0, 0] = False  # a query row with no key at all
+    calls = _count_short_kernel(monkeypatch)
+    got = scaled_dot_product_attention(q, k, v, mask, causal=causal)
+    assert len(calls) == 1, "the short-sequence kernel should take this case"
+    want = _torch_reference(q, k, v, mask, causal)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    grad_out = torch.randn(got.shape, generator=g, dtype=torch.float64)
+    got_grads = torch.autograd.grad(got, (q, k, v), grad_out)
+    want_grads = torch.autograd.grad(want, (q, k, v), grad_out)
+    for a, w in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(a, w, rtol=1e-10, atol=1e-12)
+
+
+def test_short_kernel_float_mask_and_broadcast_batch(monkeypatch):
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(2, 3, 5, 4, generator=g).requires_grad_()
+    k = torch.randn(1, 3, 6, 4, generator=g).requires_grad_()  # broadcast over the batch
+    v = torch.randn(1, 3, 6, 4, generator=g).requires_grad_()
+    mask = torch.randn(2, 1, 1, 6, generator=g)
+    calls = _count_short_kernel(monkeypatch)
+    got = scaled_dot_product_attention(q, k, v, mask)
+    assert len(calls) == 1
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q, k.expand(2, -1, -1, -1), v.expand(2, -1, -1, -1), attn_mask=mask
+    )
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    for a, w in zip(
+        torch.autograd.grad(got.sum(), (q, k, v)),
+        torch.autograd.grad(want.sum(), (q, k, v)),
+        strict=True,
+    ):
+        torch.testing.assert_close(a, w, rtol=1e-5, atol=1e-5)
+
+
+def test_short_kernel_gradcheck():
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (
+        torch.randn(2, 2, t, 3, generator=g, dtype=torch.float64).requires_grad_()
+        for t in (4, 5, 5)
+    )
+    mask = torch.rand(2, 1, 4, 5, generator=g) > 0.4
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: scaled_dot_product_attention(q, k, v, mask, causal=True), (q, k, v)
+    )
+
+
+@pytest.mark.parametrize("case", ["no_grad", "long_keys", "dropout", "bf16", "weights"])
+def test_short_kernel_is_not_taken_outside_short_cpu_training(monkeypatch, case):
+    t_k = 97 if case == "long_keys" else 8
+    dtype = torch.bfloat16 if case == "bf16" else torch.float32
+    q, k, v = (torch.randn(2, 2, t, 4, dtype=dtype).requires_grad_() for t in (8, t_k, t_k))
+    calls = _count_short_kernel(monkeypatch)
+    kwargs = {"dropout": 0.1} if case == "dropout" else {}
+    kwargs.update({"return_weights": True} if case == "weights" else {})
+    with torch.set_grad_enabled(case != "no_grad"):
+        scaled_dot_product_attention(q, k, v, causal=True, **kwargs)
+    assert calls == []

@@ -8,7 +8,10 @@ the same numbers:
 * the readable path, the seed formula written out, which is the only one that can return the
   attention weights;
 * the fast path, :func:`torch.nn.functional.scaled_dot_product_attention` (fused kernels, no
-  T_q x T_k tensor in memory), taken whenever the weights are not asked for.
+  T_q x T_k tensor in memory), taken whenever the weights are not asked for. When training on
+  a CPU with short keys (<= 96) and no attention dropout, the fast path is instead
+  ``_ShortAttention``: the same formula as three batched matmuls with an explicit backward,
+  2-3x faster than the fused CPU kernel at translation lengths.
 
 Mask convention (the only one in attnkit)
 -----------------------------------------
@@ -163,8 +166,7 @@ def _check_inputs(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None
             )
         if _broadcast(mask.shape, target) != target:
             raise ValueError(
-                f"mask: shape {tuple(mask.shape)} does not broadcast to (..., T_q, T_k) = "
-                f"{target}"
+                f"mask: shape {tuple(mask.shape)} does not broadcast to (..., T_q, T_k) = {target}"
             )
     return batch
 
@@ -243,18 +245,99 @@ def scaled_dot_product_attention(
         t if tuple(t.shape[:-2]) == batch else t.expand(*batch, *t.shape[-2:])
         for t in (query, key, value)
     )
-    out = F.scaled_dot_product_attention(
-        query,
-        key,
-        value,
-        attn_mask=mask,
-        dropout_p=dropout,
-        is_causal=causal,
-        scale=scale,
-    )  # (..., T_q, d_v)
+    if _use_short_kernel(query, key, value, mask, dropout):
+        if causal:
+            mask, causal = causal_mask(q_len, k_len, device=query.device), False
+        if mask is not None and mask.dtype == torch.bool:
+            mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
+                ~mask, float("-inf")
+            )
+        out = _ShortAttention.apply(query, key, value, mask, scale)  # (..., T_q, d_v)
+    else:
+        out = F.scaled_dot_product_attention(
+            query,
+            key,
+            value,
+            attn_mask=mask,
+            dropout_p=dropout,
+            is_causal=causal,
+            scale=scale,
+        )  # (..., T_q, d_v)
     if row_ok is not None:
         out = out * row_ok.to(out.dtype)
     return out
+
+
+# Keys up to this length take the short-sequence training kernel on CPU (see _ShortAttention).
+SHORT_KEYS_MAX = 96
+
+
+def _use_short_kernel(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropout: float
+) -> bool:
+    """CPU training of short float32/float64 sequences without attention dropout."""
+    return (
+        query.device.type == "cpu"
+        and key.shape[-2] <= SHORT_KEYS_MAX
+        and dropout == 0.0
+        and query.dtype in (torch.float32, torch.float64)
+        and torch.is_grad_enabled()
+        and any(t.requires_grad for t in (query, key, value))
+        and (mask is None or not mask.requires_grad)
+    )
+
+
+class _ShortAttention(torch.autograd.Function):
+    """The seed formula as three batched matmuls, with its backward written out.
+
+    PyTorch's fused CPU kernel is tiled for long sequences; at translation lengths (T ~ 20)
+    its forward and backward spend most of their time in per-tile overhead, and autograd's
+    own backward of ``matmul`` on transposed 4-d views falls back to a slow per-matrix loop.
+    Here the (N, T_q, T_k) weights are kept (small at these lengths) and the backward is
+    four contiguous ``bmm`` calls:
+
+        dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dP * P)) * scale,
+        dQ = dS K,     dK = dS^T Q.
+
+    The mask is additive here (the caller converts booleans) and every row has an allowed
+    key (the caller opens empty rows and zeroes their output afterwards).
+    """
+
+    @staticmethod
+    def forward(ctx, query, key, value, bias, scale):
+        # query (..., T_q, d_k), key (..., T_k, d_k), value (..., T_k, d_v), same batch dims
+        *batch, q_len, _ = query.shape
+        k_len, v_dim = key.shape[-2], value.shape[-1]
+        q = query.reshape(-1, q_len, query.shape[-1])  # (N, T_q, d_k)
+        k = key.reshape(-1, k_len, key.shape[-1])  # (N, T_k, d_k)
+        v = value.reshape(-1, k_len, v_dim)  # (N, T_k, d_v)
+        scores = torch.bmm(q, k.transpose(1, 2)).mul_(scale)  # (N, T_q, T_k)
+        if bias is not None:
+            scores.view(*batch, q_len, k_len).add_(bias)
+        weights = torch.softmax(scores, dim=-1)  # (N, T_q, T_k)
+        ctx.save_for_backward(q, k, v, weights)
+        ctx.scale = scale
+        return torch.bmm(weights, v).view(*batch, q_len, v_dim)  # (..., T_q, d_v)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        q, k, v, weights = ctx.saved_tensors
+        batch_shape = grad_out.shape[:-2]
+        d_out = grad_out.reshape(-1, *grad_out.shape[-2:])  # (N, T_q, d_v)
+        grad_v = torch.bmm(weights.transpose(1, 2), d_out)  # (N, T_k, d_v)
+        d_weights = torch.bmm(d_out, v.transpose(1, 2))  # (N, T_q, T_k)
+        row = (d_weights * weights).sum(dim=-1, keepdim=True)  # (N, T_q, 1)
+        d_scores = d_weights.sub_(row).mul_(weights).mul_(ctx.scale)  # (N, T_q, T_k)
+        grad_q = torch.bmm(d_scores, k)  # (N, T_q, d_k)
+        grad_k = torch.bmm(d_scores.transpose(1, 2), q)  # (N, T_k, d_k)
+        return (
+            grad_q.view(*batch_shape, *grad_q.shape[-2:]),
+            grad_k.view(*batch_shape, *grad_k.shape[-2:]),
+            grad_v.view(*batch_shape, *grad_v.shape[-2:]),
+            None,
+            None,
+        )
 
 
 def _attention_readable(

@@ -251,3 +251,20 @@ def test_dropout_train_vs_eval():
     no_dropout.load_state_dict(model.state_dict())
     torch.testing.assert_close(model(src, tgt), model(src, tgt), rtol=0, atol=0)
     torch.testing.assert_close(model(src, tgt), no_dropout(src, tgt), **TOL)
+
+
+@pytest.mark.parametrize("ffn_dropout, want", [(None, 0.3), (0.0, 0.0), (0.2, 0.2)])
+def test_ffn_dropout_defaults_to_dropout(ffn_dropout, want):
+    model = Transformer(
+        TransformerConfig(
+            src_vocab_size=20,
+            tgt_vocab_size=20,
+            d_model=8,
+            num_heads=2,
+            d_ff=16,
+            dropout=0.3,
+            ffn_dropout=ffn_dropout,
+        )
+    )
+    for layer in [*model.encoder.layers, *model.decoder.layers]:
+        assert layer.ffn.dropout.p == want

@@ -130,3 +130,15 @@ def test_optim_and_data_validation():
         DataConfig(corpus="")
     with pytest.raises(ValueError, match=r"give both or neither"):
         DataConfig(val_src="a.txt")
+
+
+def test_optional_ffn_dropout_defaults_to_dropout_and_round_trips(tmp_path):
+    c = TrainConfig.from_toml(CONFIGS / "tiny_copy.toml", ["model.dropout=0.2"])
+    assert c.model.ffn_dropout is None
+    text = c.to_toml()
+    assert "# ffn_dropout = (default)" in text
+    assert TrainConfig.from_toml(write(tmp_path, text)) == c
+    d = c.with_overrides(["model.ffn_dropout=0"])
+    assert d.model.ffn_dropout == 0.0 and isinstance(d.model.ffn_dropout, float)
+    with pytest.raises(ValueError, match="ffn_dropout"):
+        c.with_overrides(['model.ffn_dropout="x"'])

@@ -81,3 +81,99 @@ def test_bad_arguments():
         label_smoothed_cross_entropy(logits, target, epsilon=1.0)
     with pytest.raises(ValueError, match=r"reduction: expected one of"):
         label_smoothed_cross_entropy(logits, target, reduction="max")
+
+
+# --------------------------------------------------------------- fused projection + loss
+
+
+def linear_case(n=53, d=12, c=37, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(n, d, generator=g, dtype=dtype).requires_grad_()
+    weight = (torch.randn(c, d, generator=g, dtype=dtype) * 0.5).requires_grad_()
+    target = torch.randint(0, c, (n,), generator=g)
+    return hidden, weight, target
+
+
+def grads_of(loss, *tensors):
+    return torch.autograd.grad(loss, tensors)
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.3])
+@pytest.mark.parametrize("chunk_size", [1, 7, 53, 1000])
+def test_linear_cross_entropy_equals_torch_loss_and_gradients(epsilon, chunk_size):
+    from attnkit.training.loss import linear_cross_entropy
+
+    hidden, weight, target = linear_case()
+    got = linear_cross_entropy(hidden, weight, target, epsilon=epsilon, chunk_size=chunk_size)
+    want = F.cross_entropy(hidden @ weight.T, target, label_smoothing=epsilon, reduction="sum")
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-10)
+    for g, w in zip(grads_of(got, hidden, weight), grads_of(want, hidden, weight), strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
+
+
+def test_linear_cross_entropy_float32_large_vocabulary():
+    from attnkit.training.loss import linear_cross_entropy
+
+    hidden, weight, target = linear_case(n=300, d=32, c=2000, dtype=torch.float32)
+    got = linear_cross_entropy(hidden, weight, target, epsilon=0.1, chunk_size=128)
+    want = label_smoothed_cross_entropy(hidden @ weight.T, target, epsilon=0.1, reduction="sum")
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-3)
+    for g, w in zip(grads_of(got, hidden, weight), grads_of(want, hidden, weight), strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_linear_cross_entropy_scales_the_incoming_gradient_and_accumulates():
+    from attnkit.training.loss import linear_cross_entropy
+
+    hidden, weight, target = linear_case()
+    (2.5 * linear_cross_entropy(hidden, weight, target, chunk_size=10)).backward()
+    (0.5 * linear_cross_entropy(hidden, weight, target, chunk_size=10)).backward()  # adds
+    want = 3.0 * F.cross_entropy(hidden @ weight.T, target, label_smoothing=0.1, reduction="sum")
+    want_h, want_w = grads_of(want, hidden, weight)
+    torch.testing.assert_close(hidden.grad, want_h)
+    torch.testing.assert_close(weight.grad, want_w)
+
+
+def test_linear_cross_entropy_gradcheck():
+    from attnkit.training.loss import linear_cross_entropy
+
+    hidden, weight, target = linear_case(n=9, d=4, c=6)
+    assert torch.autograd.gradcheck(
+        lambda h, w: linear_cross_entropy(h, w, target, epsilon=0.2, chunk_size=4),
+        (hidden, weight),
+    )
+
+
+def test_linear_cross_entropy_without_grad_and_under_bf16_autocast():
+    from attnkit.training.loss import linear_cross_entropy
+
+    hidden, weight, target = linear_case(n=64, d=16, c=50, dtype=torch.float32)
+    with torch.no_grad():
+        got = linear_cross_entropy(hidden, weight, target)
+    want = F.cross_entropy(hidden @ weight.T, target, label_smoothing=0.1, reduction="sum")
+    torch.testing.assert_close(got, want.detach())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fused = linear_cross_entropy(hidden, weight, target, chunk_size=16)
+        plain = F.cross_entropy(
+            (hidden @ weight.T).float(), target, label_smoothing=0.1, reduction="sum"
+        )
+    assert fused.dtype == torch.float32
+    torch.testing.assert_close(fused, plain, rtol=2e-2, atol=0.5)  # bf16 matmuls on both sides
+    g_fused = grads_of(fused, hidden, weight)
+    assert all(g.dtype == torch.float32 for g in g_fused)
+    for g, w in zip(g_fused, grads_of(plain, hidden, weight), strict=True):
+        torch.testing.assert_close(g, w, rtol=5e-2, atol=5e-2)
+
+
+def test_linear_cross_entropy_rejects_bad_input():
+    from attnkit.training.loss import linear_cross_entropy
+
+    hidden, weight, target = linear_case()
+    with pytest.raises(ValueError, match="share d"):
+        linear_cross_entropy(hidden, weight[:, :5], target)
+    with pytest.raises(ValueError, match="target"):
+        linear_cross_entropy(hidden, weight, target[:3])
+    with pytest.raises(ValueError, match="epsilon"):
+        linear_cross_entropy(hidden, weight, target, epsilon=1.0)
+    with pytest.raises(ValueError, match="chunk_size"):
+        linear_cross_entropy(hidden, weight, target, chunk_size=0)

@@ -27,8 +27,9 @@ class TransformerConfig:
     num_encoder_layers: int = 3
     num_decoder_layers: int = 3
     d_ff: int = 1024  # feed-forward hidden width
-    dropout: float = 0.1  # embedding, residual and feed-forward dropout
+    dropout: float = 0.1  # embedding and residual dropout
     attn_dropout: float = 0.1  # dropout on attention weights
+    ffn_dropout: float | None = None  # on the feed-forward's hidden layer; None = dropout
     activation: str = "relu"  # "relu" (the paper) or "gelu"
     norm_first: bool = True  # pre-LN (stable with short schedules); False = the paper's post-LN
     layer_norm_eps: float = 1e-5
@@ -88,6 +89,7 @@ class Transformer(nn.Module):
             d_ff=c.d_ff,
             dropout=c.dropout,
             attn_dropout=c.attn_dropout,
+            ffn_dropout=c.ffn_dropout,
             activation=c.activation,
             norm_first=c.norm_first,
             layer_norm_eps=c.layer_norm_eps,
@@ -123,7 +125,9 @@ class Transformer(nn.Module):
         if src.dim() != 2:
             raise ValueError(f"src: expected token ids of shape (B, S), got {tuple(src.shape)}")
         src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, S)
-        out = self.encoder(self._embed(self.src_embed, src), src_mask, return_weights=return_weights)
+        out = self.encoder(
+            self._embed(self.src_embed, src), src_mask, return_weights=return_weights
+        )
         if return_weights:
             return out[0], src_mask, out[1]
         return out, src_mask

@@ -109,6 +109,7 @@ class OptimConfig:
     log_every: int = 50  # steps between training-loss records
     eval_every: int = 0  # steps between evaluations; 0 = at the end of every epoch
     save_every: int = 0  # steps between `last` checkpoints; 0 = at every evaluation
+    keep_checkpoints: int = 0  # keep the weights of the newest N `last` saves in steps/ (averaging)
     autocast: str = "auto"  # "auto", "bf16", "fp16" or "none" (see attnkit.training.precision)
     compile: bool = False  # torch.compile the model (measured slower on a 2-core AVX2 CPU)
     seed: int = 0  # seed of weight initialisation and dropout
@@ -143,6 +144,7 @@ class OptimConfig:
             "eval_every",
             "val_bleu_sentences",
             "save_every",
+            "keep_checkpoints",
             "seed",
             "threads",
         ):
@@ -243,6 +245,9 @@ class TrainConfig:
             for key, value in values.items():
                 if name == "model" and key in TOKENIZER_MODEL_KEYS:
                     continue
+                if value is None:  # TOML has no null: a left-out key takes its default
+                    lines.append(f"# {key} = (default)")
+                    continue
                 lines.append(f"{key} = {_toml_value(value)}")
             lines.append("")
         return "\n".join(lines)
@@ -294,7 +299,14 @@ def _field_types(section_type: type) -> dict[str, Any]:
 
 
 def _coerce(name: str, value: Any, hint: Any) -> Any:
-    """Checks ``value`` against the field type; ints are accepted for floats, lists for tuples."""
+    """Checks ``value`` against the field type; ints are accepted for floats, lists for tuples.
+
+    ``X | None`` fields (TOML has no null: None means "left out") take None or an X."""
+    args = typing.get_args(hint)
+    if type(None) in args and len(args) == 2:
+        if value is None:
+            return None
+        hint = next(a for a in args if a is not type(None))
     if hint is bool:
         ok = isinstance(value, bool)
     elif hint is int:

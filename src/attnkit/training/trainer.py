@@ -19,6 +19,7 @@ import logging
 import math
 import os
 import random
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -36,6 +37,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from attnkit.data import Batch, Collator, ParallelCorpus, SubwordTokenizer, TokenBatchSampler
 from attnkit.models.transformer import Transformer
 from attnkit.training import checkpoint as ckpt
+from attnkit.training.averaging import STEPS_DIR
 from attnkit.training.config import OptimConfig, TrainConfig
 from attnkit.training.datasets import encode, load_text, train_tokenizer
 from attnkit.training.distributed import (
@@ -46,7 +48,7 @@ from attnkit.training.distributed import (
     gather_objects,
     init_distributed,
 )
-from attnkit.training.loss import label_smoothed_cross_entropy
+from attnkit.training.loss import linear_cross_entropy
 from attnkit.training.metrics_log import MetricsLog, add_file_handler
 from attnkit.training.precision import autocast_context, resolve_autocast
 from attnkit.training.schedule import inverse_sqrt_scheduler
@@ -88,8 +90,11 @@ class SequenceLoss(nn.Module):
         """Summed label-smoothed cross-entropy over the non-pad positions of ``tgt_out``."""
         hidden = decoder_states(self.model, src, tgt_in)  # (B, T, d_model)
         keep = tgt_out != self.model.config.pad_id  # (B, T)
-        logits = self.model.output(hidden[keep])  # (N, V): no logits for padding
-        return label_smoothed_cross_entropy(logits, tgt_out[keep], epsilon=epsilon, reduction="sum")
+        # Only the N real target positions are projected; the projection and the loss are
+        # fused chunk by chunk, so the (N, V) logits are never stored.
+        return linear_cross_entropy(
+            hidden[keep], self.model.output.weight, tgt_out[keep], epsilon=epsilon
+        )  # (N, d_model) x (V, d_model) -> scalar
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Adam:
@@ -571,6 +576,19 @@ class Trainer:
             self._save("best")
         return bool(o.patience) and s.bad_evals >= o.patience
 
+    def _keep_step_checkpoint(self) -> None:
+        """With ``optim.keep_checkpoints`` N, saves the weights (no resume state) beside each
+        ``last`` as ``steps/step_NNNNNNN`` and deletes all but the newest N (for averaging)."""
+        keep = self.config.optim.keep_checkpoints
+        if not keep or not self.info.is_main:
+            return
+        folder = self.out_dir / STEPS_DIR
+        folder.mkdir(exist_ok=True)
+        self._save(f"{STEPS_DIR}/step_{self.state.step:07d}")
+        kept = sorted(p for p in folder.glob("step_*") if ckpt.find_checkpoint(p) is not None)
+        for old in kept[:-keep]:
+            shutil.rmtree(old)
+
     # ----------------------------------------------------------------- the loop
 
     def _stop_reason(self) -> str:
@@ -639,11 +657,13 @@ class Trainer:
                 ):
                     s.elapsed_sec = self._elapsed()
                     self._save("last")
+                    self._keep_step_checkpoint()
                 self._interval_pause += time.perf_counter() - pause
         if self.val_batches and s.last_eval_step != s.step:
             self._after_eval(self.evaluate())
         s.elapsed_sec = self._elapsed()
         self._save("last")
+        self._keep_step_checkpoint()
         logger.info(
             "stopped at step %d (epoch %.2f) by %s after %.1f min; best %s %s at step %d",
             s.step,
