@@ -37,7 +37,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from attnkit.data import Batch, Collator, ParallelCorpus, SubwordTokenizer, TokenBatchSampler
 from attnkit.models.transformer import Transformer
 from attnkit.training import checkpoint as ckpt
-from attnkit.training.averaging import STEPS_DIR
+from attnkit.training.averaging import STEPS_DIR, step_checkpoints
 from attnkit.training.config import OptimConfig, TrainConfig
 from attnkit.training.datasets import encode, load_text, train_tokenizer
 from attnkit.training.distributed import (
@@ -582,11 +582,9 @@ class Trainer:
         keep = self.config.optim.keep_checkpoints
         if not keep or not self.info.is_main:
             return
-        folder = self.out_dir / STEPS_DIR
-        folder.mkdir(exist_ok=True)
+        (self.out_dir / STEPS_DIR).mkdir(exist_ok=True)
         self._save(f"{STEPS_DIR}/step_{self.state.step:07d}")
-        kept = sorted(p for p in folder.glob("step_*") if ckpt.find_checkpoint(p) is not None)
-        for old in kept[:-keep]:
+        for old in step_checkpoints(self.out_dir)[:-keep]:
             shutil.rmtree(old)
 
     # ----------------------------------------------------------------- the loop
