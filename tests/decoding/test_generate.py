@@ -203,3 +203,21 @@ def test_bfloat16_runs(random_model):
     model = model.to(torch.bfloat16).eval()
     (hyps,) = generate(model, pad_batch([[5, 6, 7]]), DecodingConfig(beam_size=2))
     assert isinstance(hyps[0].score, float) and len(hyps[0].tokens) >= 1
+
+
+@pytest.mark.parametrize("beam", [1, 5])
+def test_cached_decoding_under_bf16_autocast(copy_model, beam):
+    """Evaluation inside a bf16 training run: float32 weights under autocast. The cache takes
+    the dtype the projections produce (bf16), and the copy model's peaked distributions give
+    the tokens of float32 decoding."""
+    vocab = copy_model.config.tgt_vocab_size
+    src = pad_batch(random_sources(6, vocab, 1, 10, seed=29))
+    config = DecodingConfig(beam_size=beam)
+    reference = generate(copy_model, src, config)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        memory, _ = copy_model.encode(src)
+        caches = copy_model.init_cache(src.shape[0], 4, memory)
+        autocast = generate(copy_model, src, config)
+    assert caches[0][0].k.dtype == torch.bfloat16 and memory.dtype == torch.float32
+    for a, b in zip(reference, autocast, strict=True):
+        assert a[0].tokens == b[0].tokens

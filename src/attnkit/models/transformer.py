@@ -165,9 +165,18 @@ class Transformer(nn.Module):
     def init_cache(
         self, batch_size: int, max_len: int, memory: Tensor
     ) -> list[tuple[KVCache, KVCache]]:
-        """Empty decoder caches for ``batch_size`` rows, ``max_len`` target positions."""
+        """Empty decoder caches for ``batch_size`` rows, ``max_len`` target positions.
+
+        The buffers take the dtype the key/value projections will produce: the autocast
+        dtype when autocast is on for ``memory``'s device (e.g. bf16 evaluation during a bf16
+        training run), else ``memory``'s dtype.
+        """
+        device_type = memory.device.type
+        dtype = memory.dtype
+        if torch.is_autocast_enabled(device_type):
+            dtype = torch.get_autocast_dtype(device_type)
         return self.decoder.init_cache(
-            batch_size, max_len, memory.shape[1], dtype=memory.dtype, device=memory.device
+            batch_size, max_len, memory.shape[1], dtype=dtype, device=memory.device
         )
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
