@@ -60,6 +60,31 @@ def test_a_budget_is_required(tmp_path):
         Trainer(config, tmp_path)
 
 
+def test_cooldown_needs_a_fixed_budget(tmp_path):
+    config = fast_config("optim.max_steps=0", "optim.patience=3", "optim.cooldown=0.2")
+    with pytest.raises(ValueError, match=r"optim.cooldown=0.2 needs a fixed budget"):
+        Trainer(config, tmp_path)
+
+
+def test_cooldown_decays_the_logged_lr_to_zero_over_the_step_budget(tmp_path):
+    """With max_steps 40 and cooldown 0.25 the lr of step k is the paper's lr times
+    min(1, (1 - (k - 1) / 40) / 0.25): flat to step 31, then down to 1/10 of it at step 40."""
+    train(
+        fast_config("optim.max_steps=40", "optim.cooldown=0.25", "optim.warmup_steps=10"),
+        tmp_path,
+        progress=False,
+    )
+    lrs = {r["step"]: r["lr"] for r in read_metrics(tmp_path / "metrics.jsonl") if "lr" in r}
+    assert sorted(lrs) == list(range(1, 41))
+    d_model, scale = 32, fast_config().optim.lr_scale  # FAST's d_model, tiny_copy's scale
+    for step, lr in lrs.items():
+        paper = scale * d_model**-0.5 * min(step**-0.5, step * 10**-1.5)
+        ramp = min(1.0, (1.0 - (step - 1) / 40) / 0.25)
+        assert lr == pytest.approx(paper * ramp, rel=1e-9), step
+    assert lrs[31] == pytest.approx(scale * d_model**-0.5 * 31**-0.5, rel=1e-9)
+    assert lrs[40] == pytest.approx(lrs[31] * (31 / 40) ** 0.5 * 0.1, rel=1e-9)
+
+
 def test_stop_resume_continues_exactly_with_accumulation_and_epochs(tmp_path):
     """Stopping at step 7 and resuming to 16 gives the weights of 16 steps in one go, with
     dropout, gradient accumulation over epoch boundaries and evaluations in between."""

@@ -93,6 +93,7 @@ class OptimConfig:
 
     lr_scale: float = 1.0  # peak scale: lr = lr_scale * d_model^-0.5 * min(s^-0.5, s * w^-1.5)
     warmup_steps: int = 4000  # w in the schedule above (the paper: 4000)
+    cooldown: float = 0.0  # last fraction of the budget with lr falling linearly to 0 (0 = none)
     betas: tuple[float, float] = (0.9, 0.98)  # Adam betas (the paper)
     eps: float = 1e-9  # Adam epsilon (the paper)
     weight_decay: float = 0.0  # decoupled (AdamW-style) weight decay; 0 = the paper's Adam
@@ -149,6 +150,10 @@ class OptimConfig:
             "threads",
         ):
             _positive(f"optim.{name}", getattr(self, name), allow_zero=True)
+        if not 0.0 <= self.cooldown <= 1.0:
+            raise ValueError(
+                f"optim.cooldown: expected a fraction in [0, 1], got {self.cooldown!r}"
+            )
         if not math.isfinite(self.max_minutes):
             raise ValueError(f"optim.max_minutes: expected a finite number, got {self.max_minutes}")
 

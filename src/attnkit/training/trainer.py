@@ -51,7 +51,7 @@ from attnkit.training.distributed import (
 from attnkit.training.loss import linear_cross_entropy
 from attnkit.training.metrics_log import MetricsLog, add_file_handler
 from attnkit.training.precision import autocast_context, resolve_autocast
-from attnkit.training.schedule import inverse_sqrt_scheduler
+from attnkit.training.schedule import inverse_sqrt_scheduler, set_progress
 
 logger = logging.getLogger(__name__)
 
@@ -181,6 +181,11 @@ class Trainer:
                 "optim: set a budget (max_steps, max_epochs, max_minutes or patience); "
                 "all are 0, so training would never stop"
             )
+        if o.cooldown and not (o.max_steps or o.max_epochs or o.max_minutes):
+            raise ValueError(
+                f"optim.cooldown={o.cooldown} needs a fixed budget to cool down towards "
+                "(max_steps, max_epochs or max_minutes); patience alone has no known end"
+            )
         self.config = config
         self.out_dir = Path(out_dir)
         self.resume = resume
@@ -309,7 +314,11 @@ class Trainer:
         )
         self.optimizer = build_optimizer(self.model, o)
         self.scheduler = inverse_sqrt_scheduler(
-            self.optimizer, d_model=model_cfg.d_model, warmup=o.warmup_steps, scale=o.lr_scale
+            self.optimizer,
+            d_model=model_cfg.d_model,
+            warmup=o.warmup_steps,
+            scale=o.lr_scale,
+            cooldown=o.cooldown,
         )
         self.scaler = torch.amp.GradScaler(
             self.device.type, enabled=self.autocast_dtype == torch.float16
@@ -445,12 +454,15 @@ class Trainer:
         o = self.config.optim
         group = [next(batches) for _ in range(o.accumulation)]
         local_tokens = sum(b.num_tgt_tokens for b in group)
-        time_up = bool(o.max_minutes) and self._elapsed() >= 60.0 * o.max_minutes
-        # One collective per step: the global token count (the loss denominator) and whether
-        # any rank is out of time (so that all ranks stop at the same step).
-        counts = torch.tensor([local_tokens, float(time_up)], dtype=torch.float64)
+        elapsed = self._elapsed()
+        time_up = bool(o.max_minutes) and elapsed >= 60.0 * o.max_minutes
+        # One collective per step: the global token count (the loss denominator), whether
+        # any rank is out of time (so that all ranks stop at the same step) and the mean
+        # elapsed time (so that a time-keyed cooldown gives every rank the same lr).
+        counts = torch.tensor([local_tokens, float(time_up), elapsed], dtype=torch.float64)
         counts = all_reduce_sum(counts.to(self._reduce_device), self.info).cpu()
         global_tokens, any_time_up = int(counts[0]), bool(counts[1] > 0)
+        mean_elapsed = float(counts[2]) / self.info.world_size
         # DDP averages gradients over ranks; scaling by world_size makes the result the
         # gradient of (total loss / total tokens).
         scale = self.info.world_size / global_tokens
@@ -472,6 +484,8 @@ class Trainer:
         self._lr = self.optimizer.param_groups[0]["lr"]
         self.scaler.step(self.optimizer)
         self.scaler.update()
+        if o.cooldown:
+            set_progress(self.scheduler, self._budget_progress(self.state.step + 1, mean_elapsed))
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self._interval_tokens += local_tokens
@@ -596,6 +610,18 @@ class Trainer:
         if o.max_epochs and self._epochs_done() >= o.max_epochs:
             return "max_epochs"
         return ""
+
+    def _budget_progress(self, step: int, elapsed_sec: float) -> float:
+        """Fraction of the budget spent after ``step`` steps and ``elapsed_sec`` seconds: the
+        largest over the budgets that are set (steps, epochs, minutes)."""
+        o = self.config.optim
+        fractions = [0.0]
+        total_steps = self._total_steps()
+        if total_steps:
+            fractions.append(step / total_steps)
+        if o.max_minutes:
+            fractions.append(elapsed_sec / (60.0 * o.max_minutes))
+        return min(max(fractions), 1.0)
 
     def _total_steps(self) -> int | None:
         o = self.config.optim
