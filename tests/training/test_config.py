@@ -28,7 +28,7 @@ def test_shipped_configs_load():
     m = TrainConfig.from_toml(CONFIGS / "multi30k_de_en.toml")
     assert (m.model.d_model, m.model.num_heads, m.model.d_ff) == (256, 8, 1024)
     assert (m.model.num_encoder_layers, m.model.num_decoder_layers) == (3, 3)
-    assert m.data.vocab_size == 8000 and m.data.corpus == "multi30k"
+    assert m.data.vocab_size == 6000 and m.data.corpus == "multi30k"
     assert m.optim.autocast == "auto" and m.optim.label_smoothing == 0.1
     assert m.optim.betas == (0.9, 0.98)
     t = TrainConfig.from_toml(CONFIGS / "tiny_copy.toml")
