@@ -613,15 +613,16 @@ class Trainer:
 
     def _budget_progress(self, step: int, elapsed_sec: float) -> float:
         """Fraction of the budget spent after ``step`` steps and ``elapsed_sec`` seconds: the
-        largest over the budgets that are set (steps, epochs, minutes)."""
+        largest over the budgets that are set (steps, epochs, minutes); may pass 1, which
+        ``cooldown_factor`` clamps."""
         o = self.config.optim
-        fractions = [0.0]
+        fractions = []
         total_steps = self._total_steps()
         if total_steps:
             fractions.append(step / total_steps)
         if o.max_minutes:
             fractions.append(elapsed_sec / (60.0 * o.max_minutes))
-        return min(max(fractions), 1.0)
+        return max(fractions, default=0.0)
 
     def _total_steps(self) -> int | None:
         o = self.config.optim
