@@ -70,7 +70,7 @@ def bench_mha(dtype: torch.dtype, *, batch: int, seq: int, reps: int) -> dict:
                         ours.out_proj.bias)
 
     sides = {
-        "attnkit": lambda: ours(x),
+        "attnkit": lambda: ours(x).output,
         "torch.nn.MultiheadAttention": lambda: theirs(x, x, x, need_weights=False)[0],
         "direct fused SDPA": direct,
     }

@@ -9,6 +9,11 @@ sides compute corpus BLEU with the 13a tokenizer and exp smoothing from the raw 
 cold tokenizer caches each run (a new sacreBLEU ``BLEU`` object; attnkit's caches cleared),
 taking turns so that load on a shared machine hits both. The best of --repeats runs is
 reported, as wall time and as process CPU time, and the two scores must be identical.
+
+A second case scores one very long segment (--long-words words, 20,000 by default, drawn
+from 50 words so that n-grams repeat, against a reference with a fifth of them replaced):
+n-gram matching must stay linear in the length of a segment (it was quadratic: 11.9 s
+against sacreBLEU's 0.17 s for such a line).
 """
 
 from __future__ import annotations
@@ -75,6 +80,14 @@ def corpus(n_lines: int, seed: int = 0) -> tuple[list[str], list[str]]:
     return hyps, refs
 
 
+def long_line(n_words: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    """One hypothesis of ``n_words`` words from a 50-word vocabulary and its reference."""
+    rng = random.Random(seed)
+    words = [f"w{rng.randrange(50)}" for _ in range(n_words)]
+    ref = [w if rng.random() < 0.8 else "x" for w in words]
+    return [" ".join(words)], [" ".join(ref)]
+
+
 def run_sacrebleu(hyps: list[str], refs: list[str]):
     return BLEU(tokenize="13a").corpus_score(hyps, [refs])
 
@@ -88,6 +101,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lines", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--long-words", type=int, default=20_000)
     args = parser.parse_args()
 
     info = machine()
@@ -97,22 +111,12 @@ def main() -> int:
     print(f"input: {len(hyps)} hypothesis lines ({len(set(hyps))} distinct, {n_tokens} words), "
           f"{len(refs)} reference lines ({len(set(refs))} distinct), 1 reference per line")
 
-    sides = {"sacrebleu": run_sacrebleu, "attnkit": run_attnkit}
-    wall = {name: [] for name in sides}
-    cpu = {name: [] for name in sides}
-    scores = {}
-    for rep in range(args.repeats):
-        for name, fn in sides.items():
-            t_wall, t_cpu = time.perf_counter(), time.process_time()
-            scores[name] = fn(hyps, refs)
-            wall[name].append(time.perf_counter() - t_wall)
-            cpu[name].append(time.process_time() - t_cpu)
-            print(f"  run {rep + 1}: {name:9s} wall {wall[name][-1]:7.2f} s  cpu {cpu[name][-1]:7.2f} s",
-                  flush=True)
-
+    wall, cpu, scores, identical = compare(hyps, refs, args.repeats)
     ours, theirs = scores["attnkit"], scores["sacrebleu"]
-    identical = (ours.score, ours.counts, ours.totals, ours.sys_len, ours.ref_len, ours.bp) == (
-        theirs.score, theirs.counts, theirs.totals, theirs.sys_len, theirs.ref_len, theirs.bp)
+
+    long_hyps, long_refs = long_line(args.long_words)
+    print(f"long line: 1 segment of {args.long_words} words")
+    long_wall, _, long_scores, long_identical = compare(long_hyps, long_refs, args.repeats)
     result = {
         "lines": len(hyps),
         "best_wall_s": {k: round(min(v), 3) for k, v in wall.items()},
@@ -121,14 +125,43 @@ def main() -> int:
         "speedup_cpu": round(min(cpu["sacrebleu"]) / min(cpu["attnkit"]), 2),
         "bleu": ours.score,
         "identical_to_sacrebleu": identical,
+        "long_line": {
+            "words": args.long_words,
+            "best_wall_s": {k: round(min(v), 3) for k, v in long_wall.items()},
+            "bleu": long_scores["attnkit"].score,
+            "identical_to_sacrebleu": long_identical,
+        },
         "machine": info,
     }
     print(f"BLEU attnkit {ours.score!r}  sacreBLEU {theirs.score!r}  identical: {identical}")
     print(f"best of {args.repeats}: sacreBLEU {min(wall['sacrebleu']):.2f} s, attnkit "
           f"{min(wall['attnkit']):.2f} s wall -> attnkit {result['speedup_wall']}x as fast "
           f"(CPU: {min(cpu['sacrebleu']):.2f} s vs {min(cpu['attnkit']):.2f} s, {result['speedup_cpu']}x)")
+    print(f"long line ({args.long_words} words), best of {args.repeats}: sacreBLEU "
+          f"{min(long_wall['sacrebleu']):.3f} s, attnkit {min(long_wall['attnkit']):.3f} s, "
+          f"identical: {long_identical}")
     print(json.dumps(result))
-    return 0 if identical else 1
+    return 0 if identical and long_identical else 1
+
+
+def compare(hyps: list[str], refs: list[str], repeats: int):
+    """Best-of-``repeats`` wall and CPU times of both sides, their scores, and whether equal."""
+    sides = {"sacrebleu": run_sacrebleu, "attnkit": run_attnkit}
+    wall = {name: [] for name in sides}
+    cpu = {name: [] for name in sides}
+    scores = {}
+    for rep in range(repeats):
+        for name, fn in sides.items():
+            t_wall, t_cpu = time.perf_counter(), time.process_time()
+            scores[name] = fn(hyps, refs)
+            wall[name].append(time.perf_counter() - t_wall)
+            cpu[name].append(time.process_time() - t_cpu)
+            print(f"  run {rep + 1}: {name:9s} wall {wall[name][-1]:7.2f} s  cpu {cpu[name][-1]:7.2f} s",
+                  flush=True)
+    ours, theirs = scores["attnkit"], scores["sacrebleu"]
+    identical = (ours.score, ours.counts, ours.totals, ours.sys_len, ours.ref_len, ours.bp) == (
+        theirs.score, theirs.counts, theirs.totals, theirs.sys_len, theirs.ref_len, theirs.bp)
+    return wall, cpu, scores, identical
 
 
 if __name__ == "__main__":

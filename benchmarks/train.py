@@ -9,7 +9,7 @@ model code and in how the loss is computed:
 
 * attnkit: ``attnkit.training.SequenceLoss``, the trainer's forward: attention through
   attnkit.attention (boolean masks, is_causal for the decoder; on a CPU with short keys the
-  explicit-backward ``_ShortAttention`` kernel), the output projection only for the real target
+  explicit-backward ``ShortAttention`` kernel), the output projection only for the real target
   tokens, fused with seed 003's label-smoothed cross-entropy chunk by chunk
   (``linear_cross_entropy``: the (N, V) logits are never stored). Dropout as the config says:
   the shipped config has ``attn_dropout = 0`` and ``ffn_dropout = 0`` (fairseq's defaults).
@@ -21,7 +21,7 @@ model code and in how the loss is computed:
 
 To compare with dropout in the same places on both sides, add
 ``--set model.attn_dropout=0.1 --set model.ffn_dropout=0.1`` (attnkit then also drops attention
-weights, which takes torch's fused kernel with dropout instead of ``_ShortAttention``).
+weights, which takes torch's fused kernel with dropout instead of ``ShortAttention``).
 
 Timing alternates rounds of steps between the two models in the same process, so a shared
 machine's load affects both alike; tokens/s counts real (non-pad) target tokens.

@@ -19,6 +19,7 @@ from attnkit.attention import (
     padding_mask,
     scaled_dot_product_attention,
 )
+from attnkit.attention_short import SHORT_KEYS_MAX, ShortAttention
 
 DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]
 # Output tolerances against the float64 reference (inputs are rounded to the dtype first, so
@@ -400,6 +401,50 @@ BAD_INPUTS = {
         TypeError,
         r"one dtype.*torch\.float32, torch\.float64, torch\.float32",
     ),
+    "1-D mask of the wrong length": (
+        _qkv,
+        {"mask": torch.ones(5, dtype=torch.bool)},
+        ValueError,
+        r"mask: shape \(5,\) does not broadcast.*\(2, 3, 4\)",
+    ),
+    "1-D float mask of the wrong length": (
+        _qkv,
+        {"mask": torch.zeros(3)},
+        ValueError,
+        r"mask: shape \(3,\) does not broadcast",
+    ),
+    "0-d integer mask": (
+        _qkv,
+        {"mask": torch.tensor(1)},
+        TypeError,
+        r"mask: .*torch\.int64",
+    ),
+    "int32 1-D mask": (
+        _qkv,
+        {"mask": torch.ones(4, dtype=torch.int32)},
+        TypeError,
+        r"mask: .*torch\.int32",
+    ),
+    "complex mask": (
+        _qkv,
+        {"mask": torch.zeros(3, 4, dtype=torch.complex64)},
+        TypeError,
+        r"mask: .*torch\.complex64",
+    ),
+    "mask with T_q wrong": (
+        _qkv,
+        {"mask": torch.ones(2, 2, 4, dtype=torch.bool)},
+        ValueError,
+        r"mask: shape \(2, 2, 4\) does not broadcast",
+    ),
+    "d_k of 0": (
+        lambda: (torch.randn(2, 3, 0), torch.randn(2, 4, 0), torch.randn(2, 4, 6)),
+        {},
+        ValueError,
+        r"d_k must be >= 1.*got query \(2, 3, 0\)",
+    ),
+    "scale NaN": (_qkv, {"scale": float("nan")}, ValueError, r"scale: .*got nan"),
+    "scale a string": (_qkv, {"scale": "0.5"}, ValueError, r"scale: .*got '0\.5'"),
     "query not a tensor": (
         lambda: ([[1.0]], torch.randn(4, 5), torch.randn(4, 6)),
         {},
@@ -409,12 +454,20 @@ BAD_INPUTS = {
 }
 
 
-@pytest.mark.parametrize("return_weights", [True, False])
+@pytest.mark.parametrize("path", ["readable", "fused", "short"])
 @pytest.mark.parametrize("name", list(BAD_INPUTS))
-def test_bad_input_raises_with_a_message_naming_it(name, return_weights):
+def test_bad_input_raises_with_a_message_naming_it(name, path):
+    # Every backend sees the same checks: the short kernel is what training (grad) takes.
     make, kwargs, error, match = BAD_INPUTS[name]
+    inputs = make()
+    if path == "short":
+        inputs = [t.requires_grad_() if _grad_capable(t) else t for t in inputs]
     with pytest.raises(error, match=match):
-        scaled_dot_product_attention(*make(), return_weights=return_weights, **kwargs)
+        scaled_dot_product_attention(*inputs, return_weights=path == "readable", **kwargs)
+
+
+def _grad_capable(t):
+    return isinstance(t, torch.Tensor) and t.is_floating_point()
 
 
 # --------------------------------------------------------------------------- mask helpers
@@ -488,16 +541,14 @@ def test_key_mask_equals_attending_to_the_real_keys_only(return_weights):
 
 
 def _count_short_kernel(monkeypatch):
-    import attnkit.attention as attention_module
-
     calls = []
-    original = attention_module._ShortAttention.apply
+    original = ShortAttention.apply
 
     def counting(*args):
         calls.append(args[0].shape)
         return original(*args)
 
-    monkeypatch.setattr(attention_module._ShortAttention, "apply", counting)
+    monkeypatch.setattr(ShortAttention, "apply", counting)
     return calls
 
 
@@ -521,7 +572,7 @@ def _torch_reference(q, k, v, bool_mask, causal):
         ((3, 4, 7, 7, 8), True, False),  # decoder self-attention
         ((2, 2, 5, 9, 6), True, True),  # end-aligned causal, T_q < T_k, padding
         ((2, 3, 6, 11, 4), False, True),  # cross-attention, a fully masked row
-        ((1, 1, 1, 96, 8), False, False),  # the longest key length it takes
+        ((1, 1, 1, SHORT_KEYS_MAX, 8), False, False),  # the longest key length it takes
     ],
 )
 def test_short_kernel_matches_torch_values_and_gradients(monkeypatch, shape, causal, masked):
@@ -582,7 +633,7 @@ def test_short_kernel_gradcheck():
 
 @pytest.mark.parametrize("case", ["no_grad", "long_keys", "dropout", "bf16", "weights"])
 def test_short_kernel_is_not_taken_outside_short_cpu_training(monkeypatch, case):
-    t_k = 97 if case == "long_keys" else 8
+    t_k = SHORT_KEYS_MAX + 1 if case == "long_keys" else 8
     dtype = torch.bfloat16 if case == "bf16" else torch.float32
     q, k, v = (torch.randn(2, 2, t, 4, dtype=dtype).requires_grad_() for t in (8, t_k, t_k))
     calls = _count_short_kernel(monkeypatch)
@@ -591,3 +642,182 @@ def test_short_kernel_is_not_taken_outside_short_cpu_training(monkeypatch, case)
     with torch.set_grad_enabled(case != "no_grad"):
         scaled_dot_product_attention(q, k, v, causal=True, **kwargs)
     assert calls == []
+
+
+# --------------------------------------------------------------------------- every path alike
+
+
+PATHS = ["readable", "fused", "short"]
+
+
+def _run_path(path, q, k, v, mask=None, **kw):
+    """One call on the named path: readable (weights asked for), fused (no autograd), or the
+    short CPU training kernel (inputs that require grad, float32/64, short keys)."""
+    if path == "readable":
+        return scaled_dot_product_attention(q, k, v, mask, return_weights=True, **kw)[0]
+    if path == "fused":
+        with torch.no_grad():
+            return scaled_dot_product_attention(q, k, v, mask, **kw)
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    return scaled_dot_product_attention(q, k, v, mask, **kw).detach()
+
+
+ODD_MASKS = {
+    "1-D bool key mask": lambda t_k: torch.arange(t_k) != 1,
+    "1-D float key mask": lambda t_k: torch.zeros(t_k).index_fill(0, torch.tensor([1]), -math.inf),
+    "1-D additive, no -inf": lambda t_k: torch.linspace(-1.0, 1.0, t_k),
+    "0-d True": lambda t_k: torch.tensor(True),
+    "0-d False (no key at all)": lambda t_k: torch.tensor(False),
+    "0-d float 0": lambda t_k: torch.tensor(0.0),
+    "0-d float -inf": lambda t_k: torch.tensor(-math.inf),
+    "length-1 bool": lambda t_k: torch.tensor([True]),
+    "float64 mask for float32 inputs": lambda t_k: torch.zeros(1, t_k, dtype=torch.float64),
+    "float16 mask for float32 inputs": lambda t_k: torch.zeros(3, t_k, dtype=torch.float16),
+}
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("lead", [(), (2,), (2, 3)], ids=["2-D", "3-D", "4-D"])
+@pytest.mark.parametrize("name", list(ODD_MASKS))
+def test_low_rank_and_odd_dtype_masks_broadcast_alike_on_every_path(name, lead, causal, path):
+    # Issue 13: a 1-D mask went through validation and then crashed inside torch's fused
+    # kernel with 4-D inputs. Any mask that broadcasts to (..., T_q, T_k) works on every path.
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(*lead, 3, 4, generator=g)
+    k, v = torch.randn(*lead, 5, 4, generator=g), torch.randn(*lead, 5, 2, generator=g)
+    mask = ODD_MASKS[name](5)
+    out = _run_path(path, q, k, v, mask, causal=causal)
+    want = reference_attention(q, k, v, mask, causal=causal)[0]
+    assert out.shape == (*lead, 3, 2) and out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("masked", [False, True])
+def test_no_keys_or_no_queries_alike_on_every_path(path, masked):
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 0, 4), torch.randn(2, 0, 5)
+    mask = torch.ones(3, 0, dtype=torch.bool) if masked else None
+    out = _run_path(path, q, k, v, mask)
+    assert out.shape == (2, 3, 5) and (out == 0).all()  # no key at all: zero rows
+    out = _run_path(path, torch.randn(2, 0, 4), torch.randn(2, 6, 4), torch.randn(2, 6, 5))
+    assert out.shape == (2, 0, 5)
+
+
+def test_a_real_zero_output_row_stays_zero():
+    # Values that average to zero: the fast path double-checks such rows on the readable path
+    # (a zero row can also mean NaN scores, see the next tests) and must still give zeros.
+    q, k = torch.randn(2, 3, 4), torch.randn(2, 5, 4)
+    v = torch.zeros(2, 5, 3)
+    for path in PATHS:
+        assert (_run_path(path, q, k, v) == 0).all()
+
+
+# --------------------------------------------------------------------------- NaN and inf
+
+
+def per_row_reference(q, k, v, mask, causal):
+    """float64, one query row at a time, written from the documented rule: a row with no
+    allowed key is zero; otherwise only the keys it may attend to enter its arithmetic, and
+    NaN / inf propagate by IEEE arithmetic (exp(s - max) / sum, then sum of w_j v_j)."""
+    q, k, v = q.double(), k.double(), v.double()
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    add = torch.zeros(t_q, t_k, dtype=torch.float64)
+    allowed = torch.ones(t_q, t_k, dtype=torch.bool)
+    if mask is not None and mask.dtype == torch.bool:
+        allowed &= mask
+    elif mask is not None:
+        allowed &= mask != -math.inf
+        add = torch.where(allowed, mask.double(), 0.0)
+    if causal:
+        allowed &= torch.ones(t_q, t_k, dtype=torch.bool).tril(t_k - t_q)
+    out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=torch.float64)
+    for i in range(t_q):
+        keys = allowed[i].nonzero().flatten().tolist()
+        if not keys:
+            continue
+        s = q[..., i : i + 1, :] @ k[..., keys, :].transpose(-2, -1) / math.sqrt(q.shape[-1])
+        s = s + add[i, keys]  # (..., 1, n)
+        e = torch.exp(s - s.max(dim=-1, keepdim=True).values)  # max propagates NaN
+        w = e / e.sum(dim=-1, keepdim=True)
+        out[..., i, :] = (w.transpose(-2, -1) * v[..., keys, :]).sum(dim=-2)
+    return out
+
+
+# Rows: 0 may not see key 2, row 1 sees nothing, rows 2 and 3 see key 2 (with causal, rows
+# 0 and 1 do not see key 2 either). The bad value sits in query row 2 or key/value row 2.
+_ALLOWED = torch.tensor(
+    [[True, True, False, True], [False] * 4, [True, False, True, True], [True] * 4]
+)
+
+
+def _nonfinite_case(where, value, mask_kind, dtype):
+    g = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(2, 4, 3, generator=g, dtype=dtype) for _ in range(3))
+    mask = None
+    if mask_kind == "bool":
+        mask = _ALLOWED.clone()
+    elif mask_kind == "float":
+        mask = torch.randn(4, 4, generator=g, dtype=dtype).masked_fill(~_ALLOWED, -math.inf)
+    if where == "mask":
+        mask = torch.zeros(4, 4, dtype=dtype) if mask is None else mask.to(dtype)
+        if mask.dtype == torch.bool:
+            mask = torch.zeros(4, 4, dtype=dtype).masked_fill(~_ALLOWED, -math.inf)
+        mask[3, 1] = value  # an entry of a row that may attend
+    else:
+        {"query": q, "key": k, "value": v}[where][0, 2, 1] = value
+    return q, k, v, mask
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("mask_kind", ["none", "bool", "float"])
+@pytest.mark.parametrize(
+    "where, value",
+    # -inf in a float mask is masking, not a non-finite value (the mask tests cover it)
+    [(w, x) for w in ("query", "key", "value") for x in (math.nan, math.inf, -math.inf)]
+    + [("mask", math.nan), ("mask", math.inf)],
+)
+def test_nan_and_inf_propagate_alike_on_every_path(where, value, mask_kind, causal, dtype, path):
+    # Issue 13: the fused path turned a NaN query into a zero row where the readable path gave
+    # NaN. Now every path gives the documented rule's NaN / inf pattern, row by row.
+    q, k, v, mask = _nonfinite_case(where, value, mask_kind, dtype)
+    out = _run_path(path, q, k, v, mask, causal=causal)
+    want = per_row_reference(q, k, v, mask, causal)
+    assert out.dtype == dtype and out.shape == want.shape
+    assert not torch.isfinite(want).all()  # the case does reach some row
+    torch.testing.assert_close(out.double(), want, atol=1e-5, rtol=1e-5, equal_nan=True)
+
+
+def test_nan_query_row_is_nan_not_zero_on_the_fused_path():
+    # The issue's own example: no mask, no grad, torch's fused kernel.
+    q, k, v = torch.randn(1, 2, 4, 3), torch.randn(1, 2, 4, 3), torch.randn(1, 2, 4, 3)
+    q[0, 0, 2, 1] = math.nan
+    with torch.no_grad():
+        for causal in (False, True):
+            out = scaled_dot_product_attention(q, k, v, causal=causal)
+            assert torch.isnan(out[0, 0, 2]).all()
+            assert torch.isfinite(out[0, 1]).all() and torch.isfinite(out[0, 0, [0, 1, 3]]).all()
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_nan_behind_the_mask_never_reaches_a_row(path):
+    # A key or value a row may not attend to does not enter that row, NaN or not; a row with
+    # no allowed key stays exactly zero whatever the inputs hold.
+    q, k, v = torch.randn(2, 4, 3), torch.randn(2, 4, 3), torch.randn(2, 4, 3)
+    k[:, 2], v[:, 2] = math.nan, math.inf
+    out = _run_path(path, q, k, v, _ALLOWED)
+    assert torch.isfinite(out[:, 0]).all() and (out[:, 1] == 0).all()
+    assert torch.isnan(out[:, 2:]).all()
+    torch.testing.assert_close(
+        out[:, 0].double(), per_row_reference(q, k, v, _ALLOWED, False)[:, 0]
+    )
+
+
+def test_readable_weights_follow_the_same_rule():
+    q, k, v, mask = _nonfinite_case("key", math.nan, "bool", torch.float32)
+    _, w = scaled_dot_product_attention(q, k, v, mask, return_weights=True)
+    assert (w[:, 1] == 0).all()  # no allowed key
+    assert torch.isnan(w[0, 2:]).all() and torch.isfinite(w[0, 0]).all()  # key 2 NaN: rows 2, 3
+    assert (w[0, 0, 2] == 0) and torch.isfinite(w[1]).all()

@@ -301,7 +301,7 @@ def test_tutorial_multi_head_equals_library_multi_head():
         )
         lib.out_proj.load_state_dict(tut.out_proj.state_dict())
     x = torch.randn(2, 6, 8)
-    torch.testing.assert_close(tut(x), lib(x, causal=True), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(tut(x), lib(x, causal=True).output, atol=1e-6, rtol=1e-5)
 
 
 # --------------------------------------------------------------------------- seed 002
@@ -325,7 +325,7 @@ def test_seed002_per_head_form_equals_library_multi_head():
     x = torch.randn(2, 5, 12)
     key_mask = torch.tensor([[True] * 5, [True, True, True, False, False]])[:, None, :]
     torch.testing.assert_close(
-        per_head(x, x, x, key_mask), lib(x, mask=key_mask), atol=1e-6, rtol=1e-5
+        per_head(x, x, x, key_mask), lib(x, mask=key_mask).output, atol=1e-6, rtol=1e-5
     )
 
 

@@ -2,33 +2,45 @@
 
 Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V   (seed notes 000-004)
 
-Every module in attnkit calls :func:`scaled_dot_product_attention`. It has two paths that give
-the same numbers:
+Every module in attnkit calls :func:`scaled_dot_product_attention`. Three backends compute it
+and give the same numbers; ``_select_backend`` picks one per call, by the rule written there:
 
-* the readable path, the seed formula written out, which is the only one that can return the
-  attention weights;
-* the fast path, :func:`torch.nn.functional.scaled_dot_product_attention` (fused kernels, no
-  T_q x T_k tensor in memory), taken whenever the weights are not asked for. When training on
-  a CPU with short keys (<= 96) and no attention dropout, the fast path is instead
-  ``_ShortAttention``: the same formula as three batched matmuls with an explicit backward,
-  2-3x faster than the fused CPU kernel at translation lengths.
+* ``readable``: the seed formula written out, the only one that can return the weights, and
+  the reference for how NaN and inf propagate;
+* ``short``: :class:`~attnkit.attention_short.ShortAttention`, the same formula as three batched
+  matmuls with an explicit backward, for CPU training with short keys (2-3x faster there);
+* ``fused``: :func:`torch.nn.functional.scaled_dot_product_attention` (fused kernels, no
+  T_q x T_k tensor in memory), everywhere else.
 
 Mask convention (the only one in attnkit)
 -----------------------------------------
 A mask is a **boolean** tensor broadcastable to ``(..., T_q, T_k)`` where **True means "may
 attend"**. A floating-point mask is *added* to the scores (0 keeps a score, ``-inf`` removes it).
 Everything else (pad ids, key-padding masks with True = pad, lengths) is converted to this
-convention at the edges with the helpers below. A query row that may attend to no key at all
-gets all-zero weights and a zero output on every path, never NaN.
+convention at the edges with the helpers below.
+
+Rows and non-finite values (the same on every backend)
+------------------------------------------------------
+* A query row that may attend to no key at all (masked everywhere, or ``T_k == 0``) gets
+  all-zero weights and a zero output, whatever the inputs hold, never NaN.
+* Otherwise row ``i`` depends only on query ``i``, mask row ``i`` and the keys and values that
+  row may attend to; a key it may not attend to never enters its arithmetic. A NaN or inf among
+  those inputs (or a NaN / +inf mask entry) propagates as IEEE arithmetic of the formula says,
+  so a NaN query gives a NaN row, never a quietly zero one. The readable path implements
+  exactly this; a fast result that shows NaN or inf inputs is computed again there.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from attnkit.attention_short import SHORT_KEYS_MAX, ShortAttention
 
 __all__ = [
     "scaled_dot_product_attention",
@@ -123,7 +135,15 @@ def _broadcast(*shapes) -> tuple[int, ...] | None:
     return tuple(result)
 
 
-def _check_inputs(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropout: float):
+def _check_inputs(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None,
+    dropout: float,
+    scale: float | None,
+) -> tuple[int, ...]:
+    """Raise on bad input (every backend sees the same checks); return the broadcast batch dims."""
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
@@ -142,6 +162,11 @@ def _check_inputs(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None
             f"query/key: d_k must match, got query (..., T_q, {query.shape[-1]}) and "
             f"key (..., T_k, {key.shape[-1]})"
         )
+    if query.shape[-1] == 0 and scale is None:
+        raise ValueError(
+            f"query/key: d_k must be >= 1 for the default scale 1/sqrt(d_k), got query "
+            f"{tuple(query.shape)}"
+        )
     if key.shape[-2] != value.shape[-2]:
         raise ValueError(
             f"key/value: T_k must equal T_v, got key {tuple(key.shape)} and value "
@@ -155,6 +180,10 @@ def _check_inputs(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None
         )
     if not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
         raise ValueError(f"dropout: expected a probability in [0, 1), got {dropout!r}")
+    if scale is not None and not (
+        isinstance(scale, numbers.Real) and not isinstance(scale, bool) and math.isfinite(scale)
+    ):
+        raise ValueError(f"scale: expected a finite number or None, got {scale!r}")
     target = (*batch, query.shape[-2], key.shape[-2])
     if mask is not None:
         if not isinstance(mask, Tensor):
@@ -171,19 +200,122 @@ def _check_inputs(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None
     return batch
 
 
-def _merge_causal(mask: Tensor | None, q_len: int, k_len: int, device) -> Tensor:
-    """Combine a user mask with the end-aligned causal mask (boolean result or additive float)."""
-    causal = causal_mask(q_len, k_len, device=device)  # (T_q, T_k)
+# --------------------------------------------------------------------------- backend and mask
+
+READABLE, SHORT, FUSED = "readable", "short", "fused"
+
+
+def _select_backend(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None,
+    *,
+    dropout: float,
+    return_weights: bool,
+) -> str:
+    """The backend for one call. The rule, first match wins:
+
+    1. ``readable`` when the weights are asked for (only it makes them);
+    2. ``short`` when training on a CPU: autograd records the call, keys are at most
+       ``SHORT_KEYS_MAX`` long, float32/float64, no attention dropout, no gradient for the mask;
+    3. ``fused`` otherwise.
+
+    Afterwards, a ``short`` or ``fused`` result that :func:`_fast_result_trusted` rejects (NaN
+    or inf inputs reached it) is computed again on the readable path, the reference for how
+    non-finite values propagate, where the kernels differ.
+    """
+    if return_weights:
+        return READABLE
+    if (
+        query.device.type == "cpu"
+        and key.shape[-2] <= SHORT_KEYS_MAX
+        and dropout == 0.0
+        and query.dtype in (torch.float32, torch.float64)
+        and torch.is_grad_enabled()
+        and any(t.requires_grad for t in (query, key, value))
+        and (mask is None or not mask.requires_grad)
+    ):
+        return SHORT
+    return FUSED
+
+
+def _fast_result_trusted(out: Tensor, backend: str) -> bool:
+    """Whether a fast kernel's output holds no trace of NaN or inf inputs.
+
+    Finite inputs always pass. NaN or inf inputs reach the output as NaN or inf, except in
+    torch's fused CPU kernel, which gives a row whose scores are all NaN the zeros of a fully
+    masked row: there a row summing to exactly 0 fails too (a real one only costs a second,
+    readable pass). A few reductions over the output, which has one row per query.
+    """
+    out = out.detach()
+    if out.numel() == 0:
+        return True
+    wide = torch.float32 if out.dtype in (torch.float16, torch.bfloat16) else None
+    if backend == SHORT:  # its softmax turns NaN scores into NaN rows, never zeros
+        return math.isfinite(float(out.sum(dtype=wide)))
+    rows = out.sum(dim=-1, dtype=wide)  # (..., T_q)
+    # Finite only if every row sum is finite and none is 0 (1/0 = inf).
+    return math.isfinite(float((rows + rows.reciprocal()).sum()))
+
+
+class _PreparedMask(NamedTuple):
+    mask: Tensor | None  # as the backend takes it; every row has an allowed key
+    causal: bool  # left to the fused kernel's is_causal
+    empty: Tensor | None  # (..., T_q, 1) True for rows with no allowed key, or None if none
+
+
+def _prepare_mask(
+    mask: Tensor | None,
+    *,
+    causal: bool,
+    q_len: int,
+    k_len: int,
+    backend: str,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> _PreparedMask:
+    """The mask the chosen backend takes, built once.
+
+    * A 0-d or 1-D mask is viewed as 2-D, so that it broadcasts in every kernel.
+    * ``causal`` is merged into the mask, unless the fused kernel can apply it alone (no other
+      mask, T_q == T_k: torch's ``is_causal`` is start-aligned, ours end-aligned). A single query
+      is the newest position: it sees every key.
+    * Rows with no allowed key are found (``empty``) and given every key, so that no kernel
+      makes NaN from them; the caller zeroes their output.
+    * The short kernel takes an additive mask in the query's dtype. A float mask in another
+      dtype is shifted so that each row's largest entry is 0 before the cast (softmax ignores a
+      per-row constant), so large finite values (-1e9) cannot overflow in a narrower dtype.
+    """
+    if mask is not None and mask.dim() < 2:
+        mask = mask.reshape((1,) * (2 - mask.dim()) + tuple(mask.shape))  # (1, T_k) or (1, 1)
+    causal = causal and q_len > 1
+    if causal and (mask is not None or q_len != k_len or backend != FUSED):
+        allowed = causal_mask(q_len, k_len, device=device)  # (T_q, T_k)
+        if mask is None:
+            mask = allowed
+        elif mask.dtype == torch.bool:
+            mask = mask & allowed
+        else:
+            mask = mask.masked_fill(~allowed, float("-inf"))
+        causal = False
     if mask is None:
-        return causal
-    if mask.dtype == torch.bool:
-        return mask & causal
-    return mask.masked_fill(~causal, float("-inf"))
+        return _PreparedMask(None, causal, None)
 
-
-def _allowed(mask: Tensor) -> Tensor:
-    """Boolean 'may attend' view of a boolean or additive mask."""
-    return mask if mask.dtype == torch.bool else mask > float("-inf")
+    is_bool = mask.dtype == torch.bool
+    allowed = mask if is_bool else mask != float("-inf")
+    empty = ~allowed.any(dim=-1, keepdim=True)  # (..., T_q, 1)
+    if bool(empty.any()):
+        mask = mask.masked_fill(empty, True if is_bool else 0.0)
+    else:
+        empty = None
+    if backend == SHORT and is_bool:
+        additive = torch.zeros(mask.shape, dtype=dtype, device=device)
+        mask = additive.masked_fill(~mask, float("-inf"))
+    elif backend != READABLE and not is_bool and mask.dtype != dtype:
+        wide = mask.to(torch.promote_types(mask.dtype, dtype))
+        mask = (wide - wide.amax(dim=-1, keepdim=True)).to(dtype)
+    return _PreparedMask(mask, causal, empty)
 
 
 # --------------------------------------------------------------------------- the core
@@ -207,7 +339,7 @@ def scaled_dot_product_attention(
         key: (..., T_k, d_k).
         value: (..., T_k, d_v); d_v may differ from d_k.
         mask: boolean, True = may attend, or floating-point added to the scores; broadcastable
-            to (..., T_q, T_k).
+            to (..., T_q, T_k) (a 1-D mask is a key mask (T_k,)).
         causal: also forbid attending to later positions, aligned to the end when T_q != T_k
             (query ``i`` sees keys ``j <= i + T_k - T_q``).
         dropout: probability of dropping an attention weight (apply only in training).
@@ -216,146 +348,78 @@ def scaled_dot_product_attention(
 
     Returns:
         The output (..., T_q, d_v) in the input dtype, or ``(output, weights)`` with weights
-        (..., T_q, T_k) when ``return_weights`` is true. Rows with no allowed key are zero.
+        (..., T_q, T_k) when ``return_weights`` is true. Rows with no allowed key are zero;
+        NaN and inf propagate as the module docstring says.
     """
-    batch = _check_inputs(query, key, value, mask, dropout)
-    q_len, k_len = query.shape[-2], key.shape[-2]
+    batch = _check_inputs(query, key, value, mask, dropout, scale)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-
-    if causal and q_len == 1:
-        causal = False  # end-aligned, a single query is the newest position: it sees every key
-    if causal and (mask is not None or q_len != k_len or return_weights):
-        mask, causal = _merge_causal(mask, q_len, k_len, query.device), False
-
-    if return_weights:
-        return _attention_readable(query, key, value, mask, dropout, scale)
-
-    # Fast path. A row that may attend to nothing is given every key (so no kernel can produce
-    # NaN, on any device) and its output is then zeroed: the same result as the readable path.
-    row_ok = None
-    if mask is not None:
-        row_ok = _allowed(mask).any(dim=-1, keepdim=True)  # (..., T_q, 1)
-        mask = mask.masked_fill(~row_ok, True if mask.dtype == torch.bool else 0.0)
-        if mask.is_floating_point() and mask.dtype != query.dtype:
-            # Softmax ignores a per-row constant: move each row's largest entry to 0 so that
-            # large finite values (-1e9) cannot overflow to -inf in a narrower dtype.
-            mask = mask.to(torch.promote_types(mask.dtype, query.dtype))
-            mask = (mask - mask.amax(dim=-1, keepdim=True)).to(query.dtype)
-    query, key, value = (
-        t if tuple(t.shape[:-2]) == batch else t.expand(*batch, *t.shape[-2:])
-        for t in (query, key, value)
+    backend = _select_backend(
+        query, key, value, mask, dropout=dropout, return_weights=return_weights
     )
-    if _use_short_kernel(query, key, value, mask, dropout):
-        if causal:
-            mask, causal = causal_mask(q_len, k_len, device=query.device), False
-        if mask is not None and mask.dtype == torch.bool:
-            mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
-                ~mask, float("-inf")
-            )
-        out = _ShortAttention.apply(query, key, value, mask, scale)  # (..., T_q, d_v)
-    else:
-        out = F.scaled_dot_product_attention(
-            query,
-            key,
-            value,
-            attn_mask=mask,
-            dropout_p=dropout,
-            is_causal=causal,
-            scale=scale,
-        )  # (..., T_q, d_v)
-    if row_ok is not None:
-        out = out * row_ok.to(out.dtype)
-    return out
-
-
-# Keys up to this length take the short-sequence training kernel on CPU (see _ShortAttention).
-SHORT_KEYS_MAX = 96
-
-
-def _use_short_kernel(
-    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropout: float
-) -> bool:
-    """CPU training of short float32/float64 sequences without attention dropout."""
-    return (
-        query.device.type == "cpu"
-        and key.shape[-2] <= SHORT_KEYS_MAX
-        and dropout == 0.0
-        and query.dtype in (torch.float32, torch.float64)
-        and torch.is_grad_enabled()
-        and any(t.requires_grad for t in (query, key, value))
-        and (mask is None or not mask.requires_grad)
+    shapes = dict(causal=causal, q_len=query.shape[-2], k_len=key.shape[-2], device=query.device)
+    prepared = _prepare_mask(mask, backend=backend, dtype=query.dtype, **shapes)
+    if backend != READABLE:
+        query, key, value = (
+            t if tuple(t.shape[:-2]) == batch else t.expand(*batch, *t.shape[-2:])
+            for t in (query, key, value)
+        )  # each (*batch, T, d)
+        if backend == SHORT:
+            out = ShortAttention.apply(query, key, value, prepared.mask, scale)  # (..., T_q, d_v)
+        else:
+            out = F.scaled_dot_product_attention(
+                query,
+                key,
+                value,
+                attn_mask=prepared.mask,
+                dropout_p=dropout,
+                is_causal=prepared.causal,
+                scale=scale,
+            )  # (..., T_q, d_v)
+        if _fast_result_trusted(out, backend):
+            return out if prepared.empty is None else out.masked_fill(prepared.empty, 0.0)
+        prepared = _prepare_mask(mask, backend=READABLE, dtype=query.dtype, **shapes)
+    out, weights = _attention_readable(
+        query, key, value, prepared.mask, prepared.empty, dropout, scale
     )
-
-
-class _ShortAttention(torch.autograd.Function):
-    """The seed formula as three batched matmuls, with its backward written out.
-
-    PyTorch's fused CPU kernel is tiled for long sequences; at translation lengths (T ~ 20)
-    its forward and backward spend most of their time in per-tile overhead, and autograd's
-    own backward of ``matmul`` on transposed 4-d views falls back to a slow per-matrix loop.
-    Here the (N, T_q, T_k) weights are kept (small at these lengths) and the backward is
-    four contiguous ``bmm`` calls:
-
-        dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dP * P)) * scale,
-        dQ = dS K,     dK = dS^T Q.
-
-    The mask is additive here (the caller converts booleans) and every row has an allowed
-    key (the caller opens empty rows and zeroes their output afterwards).
-    """
-
-    @staticmethod
-    def forward(ctx, query, key, value, bias, scale):
-        # query (..., T_q, d_k), key (..., T_k, d_k), value (..., T_k, d_v), same batch dims
-        *batch, q_len, _ = query.shape
-        k_len, v_dim = key.shape[-2], value.shape[-1]
-        q = query.reshape(-1, q_len, query.shape[-1])  # (N, T_q, d_k)
-        k = key.reshape(-1, k_len, key.shape[-1])  # (N, T_k, d_k)
-        v = value.reshape(-1, k_len, v_dim)  # (N, T_k, d_v)
-        scores = torch.bmm(q, k.transpose(1, 2)).mul_(scale)  # (N, T_q, T_k)
-        if bias is not None:
-            scores.view(*batch, q_len, k_len).add_(bias)
-        weights = torch.softmax(scores, dim=-1)  # (N, T_q, T_k)
-        ctx.save_for_backward(q, k, v, weights)
-        ctx.scale = scale
-        return torch.bmm(weights, v).view(*batch, q_len, v_dim)  # (..., T_q, d_v)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_out):
-        q, k, v, weights = ctx.saved_tensors
-        batch_shape = grad_out.shape[:-2]
-        d_out = grad_out.reshape(-1, *grad_out.shape[-2:])  # (N, T_q, d_v)
-        grad_v = torch.bmm(weights.transpose(1, 2), d_out)  # (N, T_k, d_v)
-        d_weights = torch.bmm(d_out, v.transpose(1, 2))  # (N, T_q, T_k)
-        row = (d_weights * weights).sum(dim=-1, keepdim=True)  # (N, T_q, 1)
-        d_scores = d_weights.sub_(row).mul_(weights).mul_(ctx.scale)  # (N, T_q, T_k)
-        grad_q = torch.bmm(d_scores, k)  # (N, T_q, d_k)
-        grad_k = torch.bmm(d_scores.transpose(1, 2), q)  # (N, T_k, d_k)
-        return (
-            grad_q.view(*batch_shape, *grad_q.shape[-2:]),
-            grad_k.view(*batch_shape, *grad_k.shape[-2:]),
-            grad_v.view(*batch_shape, *grad_v.shape[-2:]),
-            None,
-            None,
-        )
+    return (out, weights) if return_weights else out
 
 
 def _attention_readable(
-    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropout: float, scale: float
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None,
+    empty: Tensor | None,
+    dropout: float,
+    scale: float,
 ) -> tuple[Tensor, Tensor]:
-    """The seed formula written out; softmax in float32 for half-precision inputs."""
+    """The seed formula written out; softmax in float32 for half-precision inputs.
+
+    ``mask`` and ``empty`` come from :func:`_prepare_mask` (every row of the mask has an allowed
+    key; ``empty`` marks the rows to zero).
+    """
     compute = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
+    value = value.to(compute)
     scores = torch.matmul(query.to(compute), key.to(compute).transpose(-2, -1)) * scale
     # scores: (..., T_q, T_k)
+    allowed = None
     if mask is not None:
-        if mask.dtype == torch.bool:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        else:
+        allowed = mask if mask.dtype == torch.bool else mask != float("-inf")
+        if mask.is_floating_point():
             scores = scores + mask.to(compute)
-    # A row of -inf everywhere would give 0/0 = NaN in softmax: give it zero weights instead.
-    empty = scores.amax(dim=-1, keepdim=True) == float("-inf")  # (..., T_q, 1)
-    weights = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1).masked_fill(empty, 0.0)
+        # A key a row may not attend to never enters its arithmetic, not even as a NaN score.
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    if empty is not None:
+        weights = weights.masked_fill(empty, 0.0)
     if dropout > 0.0:
         weights = F.dropout(weights, p=dropout)
-    out = torch.matmul(weights, value.to(compute))  # (..., T_q, d_v)
+    out = torch.matmul(weights, value)  # (..., T_q, d_v)
+    if allowed is not None and not bool(torch.isfinite(value).all()):
+        # In the matmul 0 x NaN = NaN would carry a masked-out value into every row: sum each
+        # row over its allowed keys only.
+        terms = weights.unsqueeze(-1) * value.unsqueeze(-3)  # (..., T_q, T_k, d_v)
+        out = terms.masked_fill(~allowed.unsqueeze(-1), 0.0).sum(dim=-2)  # (..., T_q, d_v)
+    if empty is not None:
+        out = out.masked_fill(empty, 0.0)
     return out.to(query.dtype), weights.to(query.dtype)

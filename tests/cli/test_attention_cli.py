@@ -1,6 +1,5 @@
 """`attnkit attention`: HTML and PNG output for translation and BERT models, and its errors."""
 
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -9,19 +8,8 @@ import pytest
 
 from attnkit.cli import main
 from attnkit.decoding import loading
+from tests.helpers import viz as helpers
 
-
-def _load_helpers():
-    """tests/viz/helpers.py (the tiny translation model, the PNG check), loaded by path:
-    tests/cli is not a package, so it cannot be imported from here."""
-    path = Path(__file__).parents[1] / "viz" / "helpers.py"
-    spec = importlib.util.spec_from_file_location("attnkit_viz_test_helpers", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-helpers = _load_helpers()
 SENTENCE = "Ein Mann fährt Fahrrad."
 DATA = re.compile(r'<script id="attnkit-data" type="application/json">(.*?)</script>', re.S)
 
@@ -116,15 +104,42 @@ def test_bert_errors(bert_dir, tmp_path, capsys, extra, message):
         (["--out", "x.jpg"], "--out: expected a file ending in .html or .png, got 'x.jpg'"),
         (["--out", "x.png", "--layer", "2"], "layer: expected 0 <= layer <= 1 (2 cross layers)"),
         (["--out", "x.png", "--head", "4"], "head: expected 0 <= head <= 3 (4 heads)"),
-        (["--out", "x.html", "--head", "-1"], "head: expected 0 <= head <= 3"),
-        (["--out", "x.png", "--beam", "0"], "--beam: expected >= 1"),
+        (["--out", "x.png", "--beam", "1025"], "--beam: expected at most 1024, got 1025"),
+        (["--out", "missing/x.png"], "--out: the folder 'missing' of 'missing/x.png' does not exist"),
+        (["--out", "."], "--out: expected a file ending in .html or .png"),
+        (["--out", "d.png"], "--out: 'd.png' is a directory, expected a file name"),
     ],
 )
 def test_bad_arguments(model_dir, tmp_path, monkeypatch, capsys, extra, message):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "d.png").mkdir()
     assert main(["attention", "--model", model_dir, SENTENCE, *extra]) == 2
     assert message in capsys.readouterr().err
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["d.png"]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--head", "-1"], "argument --head: expected a head number, 'mean' or 'all', got '-1' (heads count from 0)"),
+        (["--beam", "0"], "argument --beam: expected an integer >= 1, got '0'"),
+        (["--beam", "nan"], "argument --beam: expected an integer >= 1, got 'nan'"),
+        (["--layer", "-1"], "argument --layer: expected an integer >= 0, got '-1'"),
+    ],
+)
+def test_bad_numbers_are_argparse_errors(tmp_path, capsys, extra, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["attention", SENTENCE, "--out", str(tmp_path / "x.png"), *extra])
+    assert exit_info.value.code == 2
+    assert f"attnkit attention: error: {message}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["a\udcff b"], ["a b", "--target", "\udce9"], ["  \t "]])
+def test_text_that_is_not_utf8_or_blank(tmp_path, capsys, argv):
+    assert main(["attention", *argv, "--out", str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err
+    assert "not valid UTF-8 (byte 0x" in err or "empty or blank" in err
+    assert "Traceback" not in err
 
 
 def test_head_must_be_a_number_mean_or_all(capsys):
@@ -149,7 +164,9 @@ def test_no_model_and_nothing_shipped(tmp_path, monkeypatch, capsys):
 
 def test_shipped_model(tmp_path):
     # The repository ships the model (src/attnkit/pretrained/multi30k_de_en): no --model needed.
-    assert (loading.shipped_model_dir() / loading.WEIGHTS_FILE).is_file()
+    from attnkit.model_folder import WEIGHTS_FILE
+
+    assert (loading.shipped_model_dir() / WEIGHTS_FILE).is_file()
     out = tmp_path / "attn.html"
     assert main(["attention", SENTENCE, "--out", str(out)]) == 0
     assert [k["id"] for k in _page_data(out)["kinds"]] == ["encoder", "decoder", "cross"]

@@ -7,14 +7,12 @@ import io
 import json
 import random
 import sys
-from pathlib import Path
 
 import pytest
 from sacrebleu.metrics import BLEU
 
 from attnkit.cli import main
-
-DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
+from tests.helpers.corpora import DATA_DIR
 
 
 def _without_version(line: str) -> str:

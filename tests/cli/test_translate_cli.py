@@ -144,3 +144,259 @@ def test_evaluate_named_split(model_dir, monkeypatch, capsys):
 def test_evaluate_bad_arguments(model_dir, capsys, extra, message):
     assert main(["evaluate", "--model", str(model_dir), *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- input
+
+
+def test_dash_means_standard_input(model_dir, expected, monkeypatch, capsys, tmp_path):
+    _stdin(monkeypatch, ("\n".join(LINES) + "\n").encode())
+    assert main(["translate", "--model", str(model_dir), "--input", "-", *FAST]) == 0
+    assert capsys.readouterr().out.split("\n")[:-1] == expected
+
+
+def test_input_is_normalised_blank_in_blank_out(model_dir, expected, monkeypatch, capsys):
+    """A trailing tab, a BOM, NUL bytes and runs of spaces translate as the clean line;
+    whitespace-only lines give empty lines; N lines in, N lines out."""
+    dirty = [
+        "\ufeff" + LINES[0] + "\t",
+        " \t ",
+        "  " + LINES[2].replace(" ", "  \u00a0") + "\x00\r",
+        "\x00" + LINES[3],
+        "\x00",
+        "\u3000",
+    ]
+    _stdin(monkeypatch, "\n".join(dirty).encode())
+    assert main(["translate", "--model", str(model_dir), *FAST]) == 0
+    out = capsys.readouterr().out
+    assert out.split("\n")[:-1] == [*expected, "", ""]
+
+
+def test_non_utf8_file_names_file_line_and_offset(model_dir, tmp_path, capsys):
+    path = tmp_path / "latin1.de"
+    path.write_bytes("Ein Hund.\nSchöne Grüße\n".encode("latin-1"))
+    assert main(["translate", "--model", str(model_dir), "--input", str(path), *FAST]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"attnkit translate: error: {str(path)!r}: line 2 is not valid UTF-8 (invalid "
+        "start byte: byte 0xf6 at byte 4 of line 2, byte offset 13 of the file)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: p, "--input: '{p}' is a directory, expected a text file"),
+        (lambda p: p / "missing.de", "--input: '{p}/missing.de' does not exist"),
+    ],
+)
+def test_bad_input_paths(model_dir, tmp_path, capsys, make, message):
+    path = make(tmp_path)
+    assert main(["translate", "--model", str(model_dir), "--input", str(path), *FAST]) == 2
+    assert capsys.readouterr().err == f"attnkit translate: error: {message.format(p=tmp_path)}\n"
+
+
+# --------------------------------------------------------------------------- output
+
+
+def test_output_file(model_dir, expected, monkeypatch, tmp_path, capsys):
+    _stdin(monkeypatch, ("\n".join(LINES) + "\n").encode())
+    out = tmp_path / "out.en"
+    assert main(["translate", "--model", str(model_dir), "-o", str(out), *FAST]) == 0
+    assert out.read_text(encoding="utf-8").split("\n")[:-1] == expected
+    assert capsys.readouterr().out == ""
+    assert [p.name for p in tmp_path.iterdir()] == ["out.en"]  # no temporary file left
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("dir", "--output: '{p}/dir' is a directory, expected a file name"),
+        ("missing/out.en", "--output: the folder '{p}/missing' of '{p}/missing/out.en' does not exist"),
+        ("file/out.en", "--output: '{p}/file' is not a folder, so '{p}/file/out.en' cannot be made"),
+    ],
+)
+def test_bad_output_paths_fail_before_loading(model_dir, monkeypatch, tmp_path, capsys, name, message):
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("")
+    monkeypatch.setattr(loading, "load_translation_model", lambda *a, **k: pytest.fail("loaded"))
+    _stdin(monkeypatch, b"Ein Hund.\n")
+    assert main(["translate", "--model", str(model_dir), "-o", str(tmp_path / name), *FAST]) == 2
+    assert capsys.readouterr().err == f"attnkit translate: error: {message.format(p=tmp_path)}\n"
+
+
+def test_read_only_output(model_dir, monkeypatch, tmp_path, capsys):
+    """Tests run as root, who may write anywhere: the permission check is simulated."""
+    import os
+
+    ro = tmp_path / "ro.en"
+    ro.write_text("old")
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    _stdin(monkeypatch, b"Ein Hund.\n")
+    assert main(["translate", "--model", str(model_dir), "-o", str(ro), *FAST]) == 2
+    assert capsys.readouterr().err == f"attnkit translate: error: --output: {str(ro)!r} is read-only\n"
+    assert ro.read_text() == "old"
+
+
+def test_write_errors_on_the_output_file(model_dir, monkeypatch, tmp_path, capsys):
+    """A full disk (ENOSPC), or a permission or read-only file system error that appears only
+    when writing: one line naming the file, the old file untouched, no temporary file left."""
+    import errno
+    import os
+
+    from attnkit.cli import options
+
+    out = tmp_path / "out.en"
+    out.write_text("old")
+    for code, message in [
+        (errno.ENOSPC, "no space left on the device while writing"),
+        (errno.EACCES, "permission denied:"),
+        (errno.EROFS, "is on a read-only file system"),
+        (errno.EDQUOT, "disk quota exceeded while writing"),
+    ]:
+        class Full(io.StringIO):
+            def write(self, text, code=code):
+                raise OSError(code, os.strerror(code), self.name)
+
+        def fake_open(path, mode="r", encoding=None, Full=Full):
+            f = Full()
+            f.name = str(path)
+            open(path, "w").close()  # the temporary file exists, as with a real open
+            return f
+
+        monkeypatch.setattr(options, "open", fake_open, raising=False)
+        _stdin(monkeypatch, b"Ein Hund.\n")
+        assert main(["translate", "--model", str(model_dir), "-o", str(out), *FAST]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("attnkit translate: error: ") and message in err, err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert out.read_text() == "old"
+        assert [p.name for p in tmp_path.iterdir()] == ["out.en"]
+
+
+def test_full_disk_on_standard_output(model_dir, monkeypatch, capsys):
+    import errno
+
+    class Full(io.StringIO):
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    _stdin(monkeypatch, b"Ein Hund.\n")
+    monkeypatch.setattr(sys, "stdout", Full())
+    assert main(["translate", "--model", str(model_dir), *FAST]) == 2
+    assert capsys.readouterr().err == (
+        "attnkit translate: error: no space left on the device while writing the output; "
+        "free some space or write elsewhere\n"
+    )
+
+
+# --------------------------------------------------------------------------- options
+
+
+@pytest.mark.parametrize(
+    "device", ["tpu", "cuda:7", "cuda", "meta", "cpu:3", "", "gpu0", "mps"]
+)
+def test_unknown_device(model_dir, monkeypatch, capsys, device):
+    import torch
+
+    if torch.cuda.is_available() and device == "cuda":
+        pytest.skip("this machine has CUDA")  # never the case on attnkit's CPU machines
+    _stdin(monkeypatch, b"Ein Hund.\n")
+    args = ["translate", "--model", str(model_dir), *FAST[:-2], "--device", device]
+    assert main(args) == 2
+    assert capsys.readouterr().err.startswith(
+        f"attnkit translate: error: --device: {device!r} is not available here; available: cpu"
+    )
+
+
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--beam", "0", "expected an integer >= 1, got '0'"),
+        ("--beam", "-5", "expected an integer >= 1, got '-5'"),
+        ("--beam", "2.5", "expected an integer >= 1, got '2.5'"),
+        ("--beam", "nan", "expected an integer >= 1, got 'nan'"),
+        ("--batch-tokens", "0", "expected an integer >= 1, got '0'"),
+        ("--max-len-a", "inf", "expected a finite number >= 0, got 'inf'"),
+        ("--max-len-a", "nan", "expected a finite number >= 0, got 'nan'"),
+        ("--max-len-a", "-1", "expected a finite number >= 0, got '-1'"),
+        ("--max-len-b", "-1", "expected an integer >= 0, got '-1'"),
+        ("--max-len-b", "1e9", "expected an integer >= 0, got '1e9'"),
+        ("--min-len", "-1", "expected an integer >= 0, got '-1'"),
+        ("--lenpen", "nan", "expected a finite number, got 'nan'"),
+        ("--lenpen", "-inf", "expected a finite number, got '-inf'"),
+        ("--threads", "0", "expected a thread count from 1 to"),
+        ("--threads", "100000", "expected a thread count from 1 to"),
+    ],
+)
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+def test_bad_numbers_are_refused_by_argparse(capsys, command, flag, value, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, f"{flag}={value}"])
+    assert exit_info.value.code == 2
+    assert f"attnkit {command}: error: argument {flag}: {message}" in capsys.readouterr().err
+
+
+def test_huge_beam_is_refused_before_loading(monkeypatch, capsys):
+    monkeypatch.setattr(loading, "load_translation_model", lambda *a, **k: pytest.fail("loaded"))
+    _stdin(monkeypatch, b"Ein Hund.\n")
+    assert main(["translate", "--beam", "100000"]) == 2
+    assert capsys.readouterr().err == (
+        "attnkit translate: error: --beam: expected at most MAX_BEAM_SIZE=1024, got 100000 "
+        "(beams of 4-10 are usual)\n"
+    )
+
+
+def test_huge_length_factor_gives_the_model_limit(model_dir, monkeypatch, capsys):
+    """--max-len-a 1e30 overflowed to 1-token outputs; now it is the model's limit, the same
+    as any factor large enough to reach it (1000 here)."""
+    outputs = {}
+    for a in ("1000", "1e30"):
+        _stdin(monkeypatch, ("\n".join(LINES) + "\n").encode())
+        argv = ["translate", "--model", str(model_dir), "--beam", "1", "--max-len-a", a,
+                "--min-len", "23", "--device", "cpu"]  # fmt: skip
+        assert main(argv) == 0
+        outputs[a] = capsys.readouterr().out
+    assert outputs["1e30"] == outputs["1000"]
+    model, tokenizer, _ = loading.load_translation_model(model_dir)
+    first = outputs["1e30"].split("\n")[0]
+    assert len(tokenizer.encode(first)) >= 20  # 23 tokens before detokenization merges any
+
+
+# --------------------------------------------------------------------------- evaluate
+
+
+def test_evaluate_reads_the_source_from_stdin(model_dir, expected, monkeypatch, tmp_path, capsys):
+    ref = tmp_path / "ref.en"
+    ref.write_text("A dog runs.\n\nTwo men.\nA woman.\n")
+    _stdin(monkeypatch, ("\n".join(LINES) + "\n").encode())
+    args = ["evaluate", "--model", str(model_dir), "--src", "-", "--ref", str(ref), "--json", *FAST]
+    assert main(args) == 0
+    from attnkit.metrics import corpus_bleu
+
+    report = json.loads(capsys.readouterr().out)
+    assert report["bleu"] == corpus_bleu(expected, [["A dog runs.", "", "Two men.", "A woman."]]).score
+
+
+@pytest.mark.parametrize(
+    "src, ref, message",
+    [
+        ("-", "-", "--src and --ref: only one of them can be - (standard input)"),
+        ("empty", "ref", "src_path='{p}/empty' is empty, expected one sentence a line"),
+        ("src", "dir", "--ref: '{p}/dir' is a directory, expected a text file"),
+        ("nothere", "ref", "--src: '{p}/nothere' does not exist"),
+        ("src", "short", "has 2 lines but tgt_path="),
+    ],
+)
+def test_evaluate_file_errors(model_dir, tmp_path, capsys, src, ref, message):
+    (tmp_path / "empty").write_text("")
+    (tmp_path / "src").write_text("Ein Hund.\nEine Katze.\n")
+    (tmp_path / "ref").write_text("A dog.\nA cat.\n")
+    (tmp_path / "short").write_text("A dog.\n")
+    (tmp_path / "dir").mkdir()
+    paths = [p if p == "-" else str(tmp_path / p) for p in (src, ref)]
+    args = ["evaluate", "--model", str(model_dir), "--src", paths[0], "--ref", paths[1], *FAST]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnkit evaluate: error: ") and message.format(p=tmp_path) in err
+    assert err.count("\n") == 1

@@ -35,14 +35,54 @@ def test_sizes_and_any_sentence(capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["walkthrough", ""], "empty sentence"),
-        (["walkthrough", "a b", "--token", "3"], "position"),
-        (["walkthrough", "a b", "--d-k", "0"], "d_k"),
+        (["walkthrough", ""], "SENTENCE: expected at least one word, got an empty sentence"),
+        (["walkthrough", "   "], "SENTENCE: expected at least one word"),
+        (["walkthrough", "a b", "--token", "3"], "--token: expected a position from 1 to 2"),
+        (["walkthrough", "a \udcff"], "SENTENCE: not valid UTF-8 (byte 0xff at character 3)"),
+        (["walkthrough", " ".join(["w"] * 513)], "SENTENCE: expected at most 512 words, got 513"),
+        (["walkthrough", "a", "--plot", "missing/w.png"], "--plot: the folder 'missing'"),
+        (["walkthrough", "a", "--plot", "w.jpg"], "--plot: expected a file ending in .png"),
     ],
 )
-def test_bad_input_is_a_clear_error(argv, message, capsys):
+def test_bad_input_is_a_clear_error(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     assert main(argv) == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"attnkit walkthrough: error: {message}" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--token", "0"], "argument --token: expected a 1-based position >= 1, got '0'"),
+        (["--token", "-2"], "argument --token: expected a 1-based position >= 1, got '-2'"),
+        (["--d-k", "0"], "argument --d-k: expected an integer from 1 to 1024, got '0'"),
+        (["--d-model", "100000"], "argument --d-model: expected an integer from 1 to 1024"),
+        (["--d-v", "2.5"], "argument --d-v: expected an integer from 1 to 1024, got '2.5'"),
+        (["--seed", "-1"], "argument --seed: expected an integer from 0 to"),
+        (["--precision", "99"], "argument --precision: expected an integer from 0 to 16"),
+    ],
+)
+def test_bad_numbers_are_argparse_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["walkthrough", "a b c", *argv])
+    assert exit_info.value.code == 2
+    assert f"attnkit walkthrough: error: {message}" in capsys.readouterr().err
+
+
+def test_plot_into_a_directory_or_unwritable_file(tmp_path, capsys, monkeypatch):
+    (tmp_path / "dir.png").mkdir()
+    assert main(["walkthrough", "a b", "--plot", str(tmp_path / "dir.png")]) == 2
+    assert "is a directory, expected a file name" in capsys.readouterr().err
+    # Root may write anywhere, so a read-only file is simulated where the check looks.
+    import os
+
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    (tmp_path / "ro.png").write_bytes(b"")
+    assert main(["walkthrough", "a b", "--plot", str(tmp_path / "ro.png")]) == 2
+    assert "--plot: " in (err := capsys.readouterr().err) and "is read-only" in err
+    assert main(["walkthrough", "a b", "--plot", str(tmp_path / "new.png")]) == 2
+    assert "cannot create files in the read-only folder" in capsys.readouterr().err
 
 
 def test_module_entry_point_runs():

@@ -1,26 +1,14 @@
 """`attnkit walkthrough --plot`: seed 000's weights drawn with attnkit.viz.plots.heatmap."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
 from attnkit.cli import main
 from attnkit.viz import plots
+from tests.helpers.viz import assert_image
 
 # Seed 000's printed weights of its third token, "rises" (softmax(omega / sqrt(2))).
 SEED_ROW = [0.1973, 0.0247, 0.2794, 0.1132, 0.3102, 0.0751]
-
-
-def _assert_image(path: Path) -> None:
-    """tests/viz/helpers.py's PNG check, loaded by path (tests/cli is not a package)."""
-    spec = importlib.util.spec_from_file_location(
-        "attnkit_viz_test_helpers", Path(__file__).parents[1] / "viz" / "helpers.py"
-    )
-    helpers = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(helpers)
-    helpers.assert_image(path)
 
 
 def test_plot_draws_the_seed_weights(tmp_path, monkeypatch, capsys):
@@ -36,7 +24,7 @@ def test_plot_draws_the_seed_weights(tmp_path, monkeypatch, capsys):
     argv = ["walkthrough", "The sun rises in the east", "--seed", "123", "--plot", str(out)]
     assert main(argv) == 0
     assert f"Weights of every token drawn to {out}" in capsys.readouterr().out
-    _assert_image(out)
+    assert_image(out)
     ((weights, rows, cols, kwargs),) = drawn
     assert rows == cols == ["The", "sun", "rises", "in", "the", "east"]
     assert weights.shape == (6, 6) and kwargs["highlight_row"] == 2

@@ -1,13 +1,13 @@
-"""Models for the decoding tests: a random one with a tiny vocabulary and one trained for a few
-seconds on the copy task (peaked distributions, so its outputs are meaningful)."""
+"""Models for the decoding tests: a random one with a tiny vocabulary and one trained on the
+copy task until it copies a held-out set (peaked distributions, so its outputs are meaningful)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from decoding_helpers import tiny_config, train_copy_model
 
 from attnkit.models import Transformer
+from tests.helpers.decoding import tiny_config, train_copy_model
 
 
 @pytest.fixture(scope="session")

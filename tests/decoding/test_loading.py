@@ -6,12 +6,13 @@ import json
 
 import pytest
 import torch
-from decoding_helpers import tiny_config
 
 from attnkit.data import SubwordTokenizer, load_named_corpus
 from attnkit.decoding import loading
 from attnkit.decoding.loading import load_translation_model, save_translation_model
 from attnkit.models import Transformer
+from tests.helpers.bad_files import BAD_JSON, BAD_SIZES, TRUNCATIONS, truncate
+from tests.helpers.decoding import tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +104,130 @@ def test_shipped_model_location():
 
     expected = loading.Path(attnkit.__file__).resolve().parent / "pretrained" / "multi30k_de_en"
     assert loading.shipped_model_dir() == expected
+
+
+# --------------------------------------------------------------------------- bad folders
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    BAD_JSON
+    + [
+        (b'{"model": [16, 2]}', r"\"model\": expected an object of TransformerConfig"),
+        (b'{"model": "base"}', r"\"model\": expected an object"),
+        (
+            b'{"model_type": "bert", "hidden_size": 8}',
+            r"this is a Hugging Face BERT folder; use `attnkit embed --model DIR`",
+        ),
+        (b'{"model_type": "gpt2"}', r"this is a Hugging Face GPT-2 folder"),
+    ],
+)
+def test_config_json_of_the_wrong_shape_is_named(tmp_path, model, tokenizer, content, message):
+    save_translation_model(tmp_path, model, tokenizer)
+    (tmp_path / "config.json").write_bytes(content)
+    with pytest.raises(ValueError, match=rf"config.json: .*{message}"):
+        load_translation_model(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        (field, value, rf"{field}: expected an integer from 1 to ")
+        for field in ("d_model", "num_heads", "d_ff", "max_len", "num_encoder_layers")
+        for value in BAD_SIZES
+    ]
+    + [
+        ("dropout", 1.5, r"dropout: expected a number in \[0.0, 1.0\)"),
+        ("attn_dropout", -0.1, r"attn_dropout: expected a number"),
+        ("activation", "swish", r"activation: expected one of \['relu', 'gelu'\]"),
+        ("positional", 3, r"positional: expected one of"),
+        ("tie_output", "yes", r"tie_output: expected true or false"),
+        ("pad_id", 10**6, r"pad_id: expected an integer from 0 to"),
+        ("src_vocab_size", 10**12, r"src_vocab_size: expected an integer from 1 to 1,048,576"),
+    ],
+)
+def test_bad_values_in_config_json_name_the_file_and_field(
+    tmp_path, model, tokenizer, field, value, message
+):
+    save_translation_model(tmp_path, model, tokenizer)
+    data = json.loads((tmp_path / "config.json").read_text())
+    data["model"][field] = value
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=rf"config.json: bad model config: {message}"):
+        load_translation_model(tmp_path)
+
+
+@pytest.mark.parametrize("keep", TRUNCATIONS)
+def test_truncated_and_empty_weights_are_named(tmp_path, model, tokenizer, keep):
+    save_translation_model(tmp_path, model, tokenizer)
+    truncate(tmp_path / "model.safetensors", keep)
+    with pytest.raises(ValueError, match=r"model.safetensors: (empty|not a readable safetensors)"):
+        load_translation_model(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "pytorch_model.bin", "model.pt"])
+def test_pickled_weights_are_refused(tmp_path, model, tokenizer, name):
+    save_translation_model(tmp_path, model, tokenizer)
+    (tmp_path / "model.safetensors").unlink()
+    torch.save(model.state_dict(), tmp_path / name)
+    with pytest.raises(ValueError, match=rf"{name}: .*(pickle).*arbitrary code.*convert it once"):
+        load_translation_model(tmp_path)
+
+
+def test_weights_of_the_wrong_dtype_or_a_missing_tensor(tmp_path, model, tokenizer):
+    from safetensors.torch import load_file, save_file
+
+    save_translation_model(tmp_path, model, tokenizer)
+    stored = load_file(tmp_path / "model.safetensors")
+    name = "encoder.layers.0.ffn.linear1.weight"
+    assert name in stored
+    save_file({**stored, name: stored[name].to(torch.int64)}, tmp_path / "model.safetensors")
+    with pytest.raises(ValueError, match=rf"expected floating-point tensors, got \['{name}: torch.int64'\]"):
+        load_translation_model(tmp_path)
+    del stored[name]
+    save_file(stored, tmp_path / "model.safetensors")
+    with pytest.raises(ValueError, match=rf"does not match .*config.json.*missing keys \['{name}'\]"):
+        load_translation_model(tmp_path)
+
+
+def test_tokenizer_that_is_a_folder_or_too_large(tmp_path, model, tokenizer):
+    save_translation_model(tmp_path, model, tokenizer)
+    bigger = SubwordTokenizer.train(["ab ba abc cab"] * 20 + [chr(i) * 3 for i in range(300, 700)],
+                                    vocab_size=tokenizer.vocab_size + 50)
+    assert bigger.vocab_size > tokenizer.vocab_size
+    bigger.save(tmp_path / "tokenizer.json")
+    with pytest.raises(ValueError, match=r"tokenizer.json: \d+ tokens, more than the model's tgt_vocab_size"):
+        load_translation_model(tmp_path)
+    (tmp_path / "tokenizer.json").unlink()
+    (tmp_path / "tokenizer.json").mkdir()
+    with pytest.raises(ValueError, match=r"tokenizer.json: a folder, expected"):
+        load_translation_model(tmp_path)
+
+
+# --------------------------------------------------------------------------- saving
+
+
+def test_save_is_atomic_marked_and_replaces_only_its_own_folder(tmp_path, model, tokenizer):
+    from attnkit import model_folder
+
+    out = save_translation_model(tmp_path / "out", model, tokenizer)
+    assert model_folder.weights_metadata(out / "model.safetensors")["writer"] == "attnkit"
+    save_translation_model(out, model, tokenizer, dtype=torch.bfloat16)  # its own: replaced
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    theses = tmp_path / "theses"
+    theses.mkdir()
+    (theses / "chapter1.tex").write_text("precious")
+    with pytest.raises(ValueError, match=r"refusing to replace it: it holds \['chapter1.tex'\]"):
+        save_translation_model(theses, model, tokenizer)
+    assert [p.name for p in theses.iterdir()] == ["chapter1.tex"]
+    with pytest.raises(ValueError, match=r"refusing to replace it: a file"):
+        save_translation_model(theses / "chapter1.tex", model, tokenizer)
+    assert (theses / "chapter1.tex").read_text() == "precious"
+
+
+def test_the_shipped_model_is_a_folder_attnkit_recognises():
+    from attnkit import model_folder
+
+    folder = loading.shipped_model_dir()
+    assert (folder / "model.safetensors").is_file()  # shipped in the repository
+    assert model_folder.is_attnkit_folder(folder)

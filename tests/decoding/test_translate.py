@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from decoding_helpers import tiny_config
 
 from attnkit.data import SubwordTokenizer, load_named_corpus
-from attnkit.decoding import DecodingConfig, Translator, token_batches
+from attnkit.decoding import DecodingConfig, Translator, normalize_source, token_batches
 from attnkit.models import Transformer
+from tests.helpers.decoding import tiny_config
 
 
 @pytest.mark.parametrize("budget", [1, 10, 25, 1000])
@@ -61,3 +61,69 @@ def test_empty_lines_and_truncation(translator_parts):
     prefix = [*tokenizer.encode(long_line)[:15], tokenizer.eos_id]
     assert out.translations[3] == tokenizer.decode(translator.translate_ids([prefix])[0])
     assert translator.translate([]).translations == []
+
+
+# --------------------------------------------------------------------------- normalisation
+
+
+@pytest.mark.parametrize(
+    "line, clean",
+    [
+        ("Ein Hund.", "Ein Hund."),
+        ("Ein Hund.\t", "Ein Hund."),  # a trailing tab (it halved BLEU)
+        ("  Ein   Hund. ", "Ein Hund."),
+        ("\ufeffEin Hund.", "Ein Hund."),  # byte-order mark
+        ("Ein\ufeff Hund.", "Ein Hund."),
+        ("Ein\x00Hund.\x00", "Ein Hund."),  # NUL bytes separate, never glue
+        ("Ein\x07\x1b[31mHund\x7f\x85.", "Ein [31mHund ."),  # C0, DEL and C1 controls
+        ("Ein\u00a0Hund\u2009\u3000rennt", "Ein Hund rennt"),  # no-break, thin, ideographic
+        ("Ein\u2028Hund\r\x0b\x0crennt", "Ein Hund rennt"),  # separators, CR, VT, FF
+        (" \t \u00a0 ", ""),
+        ("", ""),
+        ("\x00\ufeff", ""),
+        ("Straße — ½ ▁ \u200b", "Straße — ½ ▁ \u200b"),  # other characters are kept as they are
+        ("e\u0301", "e\u0301"),  # no Unicode normalisation
+    ],
+)
+def test_normalize_source(line, clean):
+    assert normalize_source(line) == clean
+
+
+def test_normalised_lines_translate_like_clean_ones(translator_parts, monkeypatch):
+    """Dirty copies of lines translate exactly as the clean lines; blank lines give blank
+    output without reaching the model; the line count is kept."""
+    import importlib
+
+    model, tokenizer, lines = translator_parts
+    translator = Translator(model, tokenizer, DecodingConfig(beam_size=2, max_len_a=0.5, max_len_b=3))
+    clean = translator.translate(lines[:4]).translations
+    dirty = [
+        "\ufeff" + lines[0] + "\t",
+        "  " + lines[1].replace(" ", "   ") + "\x00",
+        lines[2].replace(" ", "\u00a0"),
+        "\x00" + lines[3] + "\r",
+    ]
+    blank = ["", " ", "\t\t", "\ufeff", "\x00\x00", "\u3000"]
+    module = importlib.import_module("attnkit.decoding.translate")
+    rows = []
+    real = module.generate
+
+    def counting(model, src, config):
+        rows.append(src.shape[0])
+        return real(model, src, config)
+
+    monkeypatch.setattr(module, "generate", counting)
+    out = translator.translate([*dirty, *blank])
+    assert out.translations == [*clean, *[""] * len(blank)]
+    assert sum(rows) == 4  # the blank lines never reached the model
+    rows.clear()
+    assert translator.translate(blank).translations == [""] * len(blank) and rows == []
+
+
+def test_translate_checks_its_input(translator_parts):
+    model, tokenizer, _ = translator_parts
+    translator = Translator(model, tokenizer, DecodingConfig(beam_size=1))
+    with pytest.raises(TypeError, match=r"lines: expected a sequence of strings .* got a str"):
+        translator.translate("Ein Hund.")
+    with pytest.raises(TypeError, match=r"lines\[1\]: expected a str, got bytes"):
+        translator.translate(["a", b"b"])

@@ -16,9 +16,8 @@ from attnkit.metrics import (
     corpus_bleu,
     sentence_bleu,
 )
-
-from .conftest import TOL, assert_same_bleu, sacre_corpus, sacre_rows, signature_fields
-from .corpora import CORPORA, corpus
+from tests.helpers.corpora import CORPORA, corpus
+from tests.helpers.metrics import TOL, assert_same_bleu, sacre_corpus, sacre_rows, signature_fields
 
 SMOOTHINGS = [("none", None), ("floor", None), ("floor", 0.5), ("add-k", None), ("add-k", 2),
               ("exp", None)]

@@ -8,9 +8,8 @@ from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
 from attnkit.metrics import bleu_statistics, bootstrap_ci, corpus_bleu, paired_bootstrap
-
-from .conftest import TOL, assert_same_bleu, signature_fields
-from .corpora import corpus
+from tests.helpers.corpora import corpus
+from tests.helpers.metrics import TOL, assert_same_bleu, signature_fields
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from attnkit.metrics.io import read_corpus, read_lines
+from tests.helpers.metrics import assert_same_bleu
 
 
 @pytest.mark.parametrize(
@@ -19,7 +20,12 @@ from attnkit.metrics.io import read_corpus, read_lines
         (b"a\nb", ["a", "b"]),
         (b"a\nb\n", ["a", "b"]),
         (b"a\n\nb\n", ["a", "", "b"]),
-        (b"a\r\nb\r\n", ["a\r", "b\r"]),  # \r stays; BLEU strips line ends itself
+        (b"a\r\nb\r\n", ["a", "b"]),  # CRLF: the \r of the terminator goes
+        (b"a\rb\r\r\n", ["a\rb\r"]),  # only one \r, and only before \n
+        (b"\xef\xbb\xbfa\nb", ["a", "b"]),  # a byte-order mark at the start is dropped
+        (b"a\n\xef\xbb\xbfb", ["a", "\ufeffb"]),  # elsewhere it is text
+        (b"  a  \t\n", ["  a  \t"]),  # spaces stay
+        (b"\x00\n", ["\x00"]),
         ("x\u2028y\x85z\x0cw\n".encode(), ["x\u2028y\x85z\x0cw"]),  # split on \n only
         ("caf\u00e9 \u4e2d\n".encode(), ["caf\u00e9 \u4e2d"]),
     ],
@@ -68,3 +74,53 @@ def test_unreadable_files(tmp_path):
     bad.write_bytes(b"not gzip")
     with pytest.raises(ValueError, match=r"bad\.gz.*cannot read"):
         read_lines(bad)
+
+
+def test_non_utf8_message_gives_the_byte_offset(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"ok\nab\xffcd\n")
+    with pytest.raises(ValueError) as err:
+        read_lines(path)
+    assert str(err.value) == (
+        f"{str(path)!r}: line 2 is not valid UTF-8 (invalid start byte: byte 0xff at byte 3 "
+        "of line 2, byte offset 5 of the file)"
+    )
+
+
+def test_non_utf8_stdin_is_named(monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\xc3(\n")))
+    with pytest.raises(ValueError, match=r"^<stdin>: line 1 is not valid UTF-8 \(invalid continuation byte"):
+        read_lines("-")
+
+
+def test_gzip_by_content_and_by_name(tmp_path):
+    plain_name = tmp_path / "data.txt"
+    plain_name.write_bytes(gzip.compress("\ufeffä\r\nb\n".encode()))
+    assert read_lines(plain_name) == ["ä", "b"]
+    fake = tmp_path / "fake.gz"
+    fake.write_bytes(b"plain text")
+    with pytest.raises(ValueError, match=r"fake\.gz'?: cannot read the file: not a valid gzip file"):
+        read_lines(fake)
+
+
+def test_one_read_lines_for_corpora_and_bleu():
+    from attnkit.data import corpus
+    from attnkit.data import read_lines as data_read_lines
+
+    assert corpus.read_lines is read_lines and data_read_lines is read_lines
+
+
+def test_a_bom_does_not_change_bleu(tmp_path):
+    """sacreBLEU reads a BOM as part of the first word; attnkit drops it, so a file saved by a
+    Windows editor scores as the same text without it."""
+    from sacrebleu.metrics import BLEU
+
+    from attnkit.metrics import corpus_bleu
+
+    hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
+    hyp.write_bytes("\ufeffA dog runs .\nTwo cats\n".encode())
+    ref.write_bytes(b"A dog runs .\nTwo cats sleep\n")
+    hyps, refs = read_corpus(hyp, [ref])
+    assert hyps[0] == "A dog runs ."
+    theirs = BLEU().corpus_score(["A dog runs .", "Two cats"], [["A dog runs .", "Two cats sleep"]])
+    assert_same_bleu(corpus_bleu(hyps, refs), theirs)

@@ -17,8 +17,7 @@ from attnkit.metrics.tokenizers.tokenizer_13a import (
     mteval_punctuation_reference,
 )
 from attnkit.metrics.tokenizers.tokenizer_zh import is_chinese_char
-
-from .corpora import CHINESE, CORPORA, PUNCT, UNICODE, corpus
+from tests.helpers.corpora import CHINESE, CORPORA, PUNCT, UNICODE, corpus
 
 SACRE = {
     "none": NoneTokenizer,

@@ -3,7 +3,10 @@ sentence-transformers' embeddings and pooling, and the published bert-base param
 
 import json
 import os
+import shlex
 import shutil
+import subprocess
+import sys
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers is imported: never touch the network
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -16,6 +19,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 
 from attnkit.models.bert import BertConfig, BertModel, default_model_dir  # noqa: E402
 from attnkit.models.pooling import Pooling  # noqa: E402
+from tests.helpers.bad_files import BAD_JSON, BAD_SIZES, TRUNCATIONS, truncate  # noqa: E402
 
 SENTENCES = [
     "A man is eating food.",
@@ -164,11 +168,19 @@ def test_forward_longer_than_positions_names_both_lengths(model):
 # --------------------------------------------------------------------------- checkpoint files
 
 
-def test_pytorch_model_bin_gives_the_same_outputs(minilm_dir, model, batch, tmp_path):
+def test_pytorch_model_bin_is_refused_and_its_conversion_gives_the_same_outputs(
+    minilm_dir, model, batch, tmp_path
+):
+    """Pickled weights are not unpickled; the command the message gives converts them."""
     torch.save(load_file(str(minilm_dir / "model.safetensors")), tmp_path / "pytorch_model.bin")
     for name in SENTENCE_FILES:
         shutil.copy(minilm_dir / name, tmp_path / name)
     shutil.copytree(minilm_dir / "1_Pooling", tmp_path / "1_Pooling")
+    with pytest.raises(ValueError, match=r"pytorch_model.bin: pickled weights.*arbitrary code") as err:
+        BertModel.from_pretrained(tmp_path)
+    command = shlex.split(str(err.value).split("convert it once with: ", 1)[1])
+    assert command[0] == "python"
+    subprocess.run([sys.executable, *command[1:]], cwd=tmp_path, check=True, timeout=120)
     from_bin = BertModel.from_pretrained(tmp_path)
     with torch.no_grad():
         assert torch.equal(from_bin(**batch).last_hidden_state, model(**batch).last_hidden_state)
@@ -302,3 +314,117 @@ def test_pooling_read_from_sentence_transformers_files(minilm_dir, tmp_path):
     with pytest.raises(ValueError, match="lasttoken"):
         Pooling.from_folder(tmp_path)
     assert Pooling.from_folder(tmp_path / "1_Pooling") == Pooling()  # no modules.json: mean
+
+
+# --------------------------------------------------------------------------- bad folders
+
+
+def _tiny_copy(tiny_hf_dir, tmp_path):
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_hf_dir / name, tmp_path / name)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    BAD_JSON
+    + [
+        (
+            b'{"model": {"d_model": 16}}',
+            r"this is an attnkit translation model folder; use `attnkit translate",
+        ),
+        (b'{"model_type": "gpt2"}', r"this is a Hugging Face GPT-2 folder"),
+    ],
+)
+def test_config_json_of_the_wrong_shape_or_kind(tiny_hf_dir, tmp_path, content, message):
+    folder = _tiny_copy(tiny_hf_dir, tmp_path)
+    (folder / "config.json").write_bytes(content)
+    with pytest.raises(ValueError, match=rf"config.json: .*{message}"):
+        BertModel.from_pretrained(folder)
+
+
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        (field, value, rf"{field}: expected an integer from 1 to ")
+        for field in ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size")
+        for value in BAD_SIZES
+    ]
+    + [
+        ("type_vocab_size", 0, r"type_vocab_size: expected an integer from 1 to "),
+        ("hidden_dropout_prob", 1.0, r"hidden_dropout_prob: expected a number in \[0.0, 1.0\)"),
+        ("attention_probs_dropout_prob", "0.1", r"attention_probs_dropout_prob: expected a number"),
+        ("layer_norm_eps", 0, r"layer_norm_eps: expected a number in \(0.0, 1.0\]"),
+        ("pad_token_id", 99, r"pad_token_id: expected an integer from 0 to 98, got 99"),
+        ("hidden_act", "gelu_new", r"hidden_act: expected one of \['gelu'\], got 'gelu_new'"),
+        ("num_attention_heads", 5, r"hidden_size must be a multiple of num_attention_heads"),
+    ],
+)
+def test_bad_values_in_config_json_name_the_file_and_field(
+    tiny_hf_dir, tmp_path, field, value, message
+):
+    folder = _tiny_copy(tiny_hf_dir, tmp_path)
+    data = json.loads((folder / "config.json").read_text())
+    data[field] = value
+    (folder / "config.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=rf"config.json: {message}"):
+        BertModel.from_pretrained(folder)
+
+
+@pytest.mark.parametrize("keep", TRUNCATIONS)
+def test_truncated_or_empty_safetensors_are_named(tiny_hf_dir, tmp_path, keep):
+    folder = _tiny_copy(tiny_hf_dir, tmp_path)
+    truncate(folder / "model.safetensors", keep)
+    with pytest.raises(ValueError, match=r"model.safetensors: (empty|not a readable safetensors)"):
+        BertModel.from_pretrained(folder)
+
+
+def test_a_pickle_under_the_safetensors_name_is_refused(tiny_hf_dir, tmp_path):
+    folder = _tiny_copy(tiny_hf_dir, tmp_path)
+    torch.save(load_file(str(folder / "model.safetensors")), folder / "model.safetensors.pt")
+    os.replace(folder / "model.safetensors.pt", folder / "model.safetensors")
+    with pytest.raises(ValueError, match=r"model.safetensors: a PyTorch pickle .*not safetensors"):
+        BertModel.from_pretrained(folder)
+
+
+def test_weights_of_the_wrong_dtype_or_shape_are_named(tiny_hf_dir, tmp_path):
+    folder = _tiny_copy(tiny_hf_dir, tmp_path)
+    state = load_file(str(folder / "model.safetensors"))
+    key = "encoder.layer.0.output.dense.weight"
+    save_file({**state, key: state[key].to(torch.int32)}, str(folder / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"expected floating-point tensors, got \['encoder.layers.0.ffn.linear2.weight: torch.int32'\]"):
+        BertModel.from_pretrained(folder)
+    save_file({**state, key: state[key][:, :5].contiguous()}, str(folder / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"does not match .*config.json.*shapes differ: \['encoder.layers.0.ffn.linear2.weight: file \(32, 5\), model \(32, 37\)'\]"):
+        BertModel.from_pretrained(folder)
+
+
+def test_bfloat16_weights_load_as_float32(tiny_hf_dir, tmp_path):
+    folder = _tiny_copy(tiny_hf_dir, tmp_path)
+    state = load_file(str(folder / "model.safetensors"))
+    save_file({k: v.to(torch.bfloat16) for k, v in state.items()}, str(folder / "model.safetensors"))
+    ours = BertModel.from_pretrained(folder)
+    assert ours.embeddings.word.weight.dtype == torch.float32
+    want = state["embeddings.word_embeddings.weight"].to(torch.bfloat16).float()
+    assert torch.equal(ours.embeddings.word.weight, want)
+
+
+def test_bad_sentence_transformers_max_seq_length_names_the_file(tiny_hf_dir, tmp_path):
+    folder = _tiny_copy(tiny_hf_dir, tmp_path)
+    shutil.copy(default_model_dir() / "tokenizer.json", folder / "tokenizer.json")
+    (folder / "sentence_bert_config.json").write_text('{"max_seq_length": "256"}')
+    with pytest.raises(ValueError, match=r"sentence_bert_config.json: max_seq_length: expected an integer"):
+        BertModel.from_pretrained(folder)
+    (folder / "sentence_bert_config.json").write_text("[256]")
+    with pytest.raises(ValueError, match=r"sentence_bert_config.json: expected a JSON object"):
+        BertModel.from_pretrained(folder)
+
+
+def test_embed_given_a_translation_folder_says_to_use_translate(tmp_path, capsys):
+    from attnkit.cli import main
+    from attnkit.decoding import shipped_model_dir
+
+    assert main(["embed", "--model", str(shipped_model_dir()), "some text"]) == 2
+    err = capsys.readouterr().err
+    assert "this is an attnkit translation model folder; use `attnkit translate" in err
+    assert "Traceback" not in err

@@ -53,7 +53,7 @@ def padded_batch():
 
 def test_config_validation():
     with pytest.raises(
-        ValueError, match=r"positional: expected 'sinusoidal' or 'learned', got 'rope'"
+        ValueError, match=r"positional: expected one of \['sinusoidal', 'learned'\], got 'rope'"
     ):
         small_config(positional="rope")
     with pytest.raises(ValueError, match=r"src_vocab_size=20 and tgt_vocab_size=30"):
@@ -121,11 +121,11 @@ def test_incremental_decoding_equals_teacher_forcing(norm_first, positional):
     src, tgt, _, _ = padded_batch()
     tgt = tgt.clamp(min=1)  # every position real
     with torch.no_grad():
-        memory, src_mask = model.encode(src)
-        full = model.decode(tgt, memory, src_mask)  # (B, T, V)
+        memory, src_mask, _ = model.encode(src)
+        full = model.decode(tgt, memory, src_mask).output  # (B, T, V)
         caches = model.init_cache(3, tgt.shape[1], memory)
         steps = [
-            model.decode(tgt[:, t : t + 1], memory, src_mask, caches=caches, offset=t)
+            model.decode(tgt[:, t : t + 1], memory, src_mask, caches=caches, offset=t).output
             for t in range(tgt.shape[1])
         ]
     assert full.shape == (3, 5, V)
@@ -139,7 +139,7 @@ def test_reordered_caches_follow_the_selected_rows():
     tgt = tgt.clamp(min=1)
     index = torch.tensor([2, 0, 0])  # what beam search does between steps
     with torch.no_grad():
-        memory, src_mask = model.encode(src)
+        memory, src_mask, _ = model.encode(src)
         caches = model.init_cache(3, 5, memory)
         for t in range(2):
             model.decode(tgt[:, t : t + 1], memory, src_mask, caches=caches, offset=t)
@@ -148,10 +148,10 @@ def test_reordered_caches_follow_the_selected_rows():
             cross_cache.reorder(index)
         tgt_r, memory_r, src_mask_r = tgt[index], memory[index], src_mask[index]
         steps = [
-            model.decode(tgt_r[:, t : t + 1], memory_r, src_mask_r, caches=caches, offset=t)
+            model.decode(tgt_r[:, t : t + 1], memory_r, src_mask_r, caches=caches, offset=t).output
             for t in range(2, 5)
         ]
-        full = model.decode(tgt_r, memory_r, src_mask_r)
+        full = model.decode(tgt_r, memory_r, src_mask_r).output
     torch.testing.assert_close(torch.cat(steps, 1), full[:, 2:], **TOL)
 
 
@@ -160,11 +160,11 @@ def test_padded_batch_equals_each_sentence_alone():
     src, tgt, src_lengths, tgt_lengths = padded_batch()
     with torch.no_grad():
         batch = model(src, tgt)
-        memory, src_mask = model.encode(src)
+        memory, src_mask, _ = model.encode(src)
         for i, (s, t) in enumerate(zip(src_lengths, tgt_lengths, strict=True)):
             alone = model(src[i : i + 1, :s], tgt[i : i + 1, :t])
             torch.testing.assert_close(batch[i : i + 1, :t], alone, **TOL)
-            memory_alone, _ = model.encode(src[i : i + 1, :s])
+            memory_alone = model.encode(src[i : i + 1, :s]).memory
             torch.testing.assert_close(memory[i : i + 1, :s], memory_alone, **TOL)
     assert torch.equal(src_mask[:, 0], src != 0) and src_mask.shape == (3, 1, 6)
 
@@ -178,7 +178,10 @@ def test_weights_are_returned_per_layer():
     assert [w.shape for w in self_ws] == [(3, 2, 5, 5)] * 2
     assert [w.shape for w in cross_ws] == [(3, 2, 5, 6)] * 2
     assert (cross_ws[0][2, ..., 1:] == 0).all()  # source 2 has one real token
-    torch.testing.assert_close(logits, model.decode(tgt, memory, src_mask), **TOL)
+    plain = model.decode(tgt, memory, src_mask)
+    assert plain.self_weights is None and plain.cross_weights is None
+    assert model.encode(src).weights is None
+    torch.testing.assert_close(logits, plain.output, **TOL)
 
 
 def test_batch_size_one_length_one():
@@ -186,9 +189,9 @@ def test_batch_size_one_length_one():
     src, tgt = torch.tensor([[7]]), torch.tensor([[3]])
     out = model(src, tgt)
     assert out.shape == (1, 1, V) and torch.isfinite(out).all()
-    memory, src_mask = model.encode(src)
+    memory, src_mask, _ = model.encode(src)
     caches = model.init_cache(1, 1, memory)
-    step = model.decode(tgt, memory, src_mask, caches=caches, offset=0)
+    step = model.decode(tgt, memory, src_mask, caches=caches, offset=0).output
     torch.testing.assert_close(step, out, **TOL)
 
 
@@ -196,7 +199,7 @@ def test_bad_input_raises():
     model = make_model()
     with pytest.raises(ValueError, match=r"src: expected token ids of shape \(B, S\), got \(4,\)"):
         model.encode(torch.ones(4, dtype=torch.long))
-    memory, src_mask = model.encode(torch.ones(1, 4, dtype=torch.long))
+    memory, src_mask, _ = model.encode(torch.ones(1, 4, dtype=torch.long))
     with pytest.raises(
         ValueError, match=r"tgt: expected token ids of shape \(B, T\), got \(1, 2, 3\)"
     ):
@@ -213,9 +216,9 @@ def test_bfloat16_model_gives_finite_bfloat16_output():
     src, tgt, _, _ = padded_batch()
     with torch.no_grad():
         out = model(src, tgt)
-        memory, src_mask = model.encode(src)
+        memory, src_mask, _ = model.encode(src)
         caches = model.init_cache(3, 2, memory)
-        step = model.decode(tgt[:, :1], memory, src_mask, caches=caches, offset=0)
+        step = model.decode(tgt[:, :1], memory, src_mask, caches=caches, offset=0).output
     assert out.dtype == step.dtype == torch.bfloat16
     assert torch.isfinite(out).all() and torch.isfinite(step).all()
     assert caches[0][0].k.dtype == torch.bfloat16

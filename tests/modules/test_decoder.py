@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from attnkit.modules import Decoder, DecoderLayer
+from attnkit.modules import Decoder, DecoderLayer, DecoderLayerOutput, DecoderOutput
 
 D, H, FF = 16, 4, 32
 TOL = dict(atol=1e-5, rtol=0)
@@ -94,7 +94,7 @@ def test_decoder_layer_matches_torch(norm_first, activation, mode):
         expected = ref(
             tgt, memory, tgt_mask=causal, memory_key_padding_mask=src_pad, tgt_is_causal=True
         )
-        out = ours(tgt, memory, memory_mask=src_keep)  # causal by default
+        out = ours(tgt, memory, memory_mask=src_keep).hidden  # causal by default
         out_w, self_w, cross_w = ours(tgt, memory, memory_mask=src_keep, return_weights=True)
     torch.testing.assert_close(out, expected, **TOL)
     torch.testing.assert_close(out_w, expected, **TOL)
@@ -116,7 +116,7 @@ def test_decoder_layer_with_target_padding_matches_torch(norm_first):
         tgt_key_padding_mask=tgt_pad.float().masked_fill(tgt_pad, float("-inf")),
         memory_key_padding_mask=src_pad.float().masked_fill(src_pad, float("-inf")),
     )
-    out = ours(tgt, memory, self_mask=tgt_keep, memory_mask=src_keep)
+    out = ours(tgt, memory, self_mask=tgt_keep, memory_mask=src_keep).hidden
     torch.testing.assert_close(out, expected, **TOL)
 
 
@@ -124,13 +124,14 @@ def test_decoder_layer_without_causal_matches_torch():
     ours, ref = make_layer_pair(True, "gelu")
     tgt, memory, src_pad, src_keep = _inputs()
     expected = ref(tgt, memory, memory_key_padding_mask=src_pad)
-    torch.testing.assert_close(ours(tgt, memory, None, src_keep, causal=False), expected, **TOL)
+    out = ours(tgt, memory, None, src_keep, causal=False).hidden
+    torch.testing.assert_close(out, expected, **TOL)
 
 
 def test_decoder_layer_batch_size_one_length_one():
     ours, ref = make_layer_pair(False, "relu")
     tgt, memory = torch.randn(1, 1, D), torch.randn(1, 1, D)
-    torch.testing.assert_close(ours(tgt, memory), ref(tgt, memory), **TOL)
+    torch.testing.assert_close(ours(tgt, memory).hidden, ref(tgt, memory), **TOL)
 
 
 @pytest.mark.parametrize("mode", ["eval", "train"])
@@ -159,7 +160,7 @@ def test_decoder_stack_matches_torch(norm_first, activation, mode):
         expected = ref(
             tgt, memory, tgt_mask=causal, memory_key_padding_mask=src_pad, tgt_is_causal=True
         )
-        out = ours(tgt, memory, memory_mask=src_keep)
+        out = ours(tgt, memory, memory_mask=src_keep).hidden
         out_w, self_ws, cross_ws = ours(tgt, memory, memory_mask=src_keep, return_weights=True)
     torch.testing.assert_close(out, expected, **TOL)
     torch.testing.assert_close(out_w, expected, **TOL)
@@ -175,11 +176,30 @@ def test_dropout_in_train_mode_is_random_and_seeded_and_off_in_eval():
     def run(seed=None):
         if seed is not None:
             torch.manual_seed(seed)
-        return ours(tgt, memory)
+        return ours(tgt, memory).hidden
 
     assert not torch.equal(run(), run())
     torch.testing.assert_close(run(seed=5), run(seed=5), rtol=0, atol=0)
     ours.eval()
-    torch.testing.assert_close(ours(tgt, memory), plain(tgt, memory), **TOL)
+    torch.testing.assert_close(ours(tgt, memory).hidden, plain(tgt, memory).hidden, **TOL)
     causal = nn.Transformer.generate_square_subsequent_mask(4)
-    torch.testing.assert_close(ours(tgt, memory), ref(tgt, memory, tgt_mask=causal), **TOL)
+    expected = ref(tgt, memory, tgt_mask=causal)
+    torch.testing.assert_close(ours(tgt, memory).hidden, expected, **TOL)
+
+
+def test_decoder_returns_a_fixed_shape():
+    torch.manual_seed(0)
+    dec = Decoder(2, d_model=D, num_heads=H, d_ff=FF, dropout=0.0)
+    tgt, memory, _, src_keep = _inputs()
+    plain = dec(tgt, memory, memory_mask=src_keep)
+    assert type(plain) is DecoderOutput
+    assert plain.self_weights is None and plain.cross_weights is None
+    layer_out = dec.layers[0](tgt, memory, memory_mask=src_keep)
+    assert type(layer_out) is DecoderLayerOutput
+    assert layer_out.self_weights is None and layer_out.cross_weights is None
+    hidden, self_ws, cross_ws = dec(tgt, memory, memory_mask=src_keep, return_weights=True)
+    torch.testing.assert_close(hidden, plain.hidden, **TOL)
+    assert [w.shape for w in self_ws] == [(3, H, 4, 4)] * 2
+    assert [w.shape for w in cross_ws] == [(3, H, 4, 5)] * 2
+    with pytest.raises(ValueError, match=r"caches: expected one \(self, cross\) KVCache pair"):
+        dec(tgt, memory, caches=dec.init_cache(3, 4, 5)[:1])

@@ -33,7 +33,7 @@ def test_feed_forward_without_bias():
 
 def test_unknown_activation_raises():
     with pytest.raises(
-        ValueError, match=r"activation: expected one of \['gelu', 'relu'\], got 'tanh'"
+        ValueError, match=r"activation: expected one of \['gelu', 'gelu_tanh', 'relu'\], got 'tanh'"
     ):
         FeedForward(4, 8, activation="tanh")
 

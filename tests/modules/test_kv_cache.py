@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from attnkit.modules import Decoder, KVCache, MultiHeadAttention
+from attnkit.modules.kv_cache import PaddingCache, positions_from_mask
 
 TOL = dict(atol=1e-5, rtol=0)
 
@@ -88,8 +89,8 @@ def test_self_attention_one_token_at_a_time_equals_causal_attention():
     torch.testing.assert_close(torch.cat(steps, 1), full, **TOL)
     # A prefill of several positions, then single steps (the gpt-fast split).
     cache = KVCache(2, 2, 5, 4)
-    prefill = mha(x[:, :3], causal=True, cache=cache)
-    rest = [mha(x[:, t : t + 1], causal=True, cache=cache) for t in (3, 4)]
+    prefill = mha(x[:, :3], causal=True, cache=cache).output
+    rest = [mha(x[:, t : t + 1], causal=True, cache=cache).output for t in (3, 4)]
     torch.testing.assert_close(torch.cat([prefill, *rest], 1), full, **TOL)
 
 
@@ -97,12 +98,12 @@ def test_cross_attention_cache_is_filled_once_and_reused():
     torch.manual_seed(0)
     mha = MultiHeadAttention(8, 2).eval()
     x, context = torch.randn(2, 3, 8), torch.randn(2, 6, 8)
-    expected = mha(x, context)
+    expected = mha(x, context).output
     cache = KVCache(2, 2, 6, 4)
-    first = mha(x[:, :1], context, cache=cache)
+    first = mha(x[:, :1], context, cache=cache).output
     assert cache.length == 6
     # Later steps read the cached keys/values, not the context they are given.
-    later = mha(x[:, 1:], torch.zeros_like(context), cache=cache)
+    later = mha(x[:, 1:], torch.zeros_like(context), cache=cache).output
     assert cache.length == 6
     torch.testing.assert_close(torch.cat([first, later], 1), expected, **TOL)
 
@@ -121,10 +122,64 @@ def test_decoder_with_caches_equals_full_decode(norm_first):
     ).eval()
     tgt, memory = torch.randn(3, 4, 8), torch.randn(3, 5, 8)
     keep = torch.arange(5)[None, None, :] < torch.tensor([5, 3, 1])[:, None, None]  # (B, 1, S)
-    full = dec(tgt, memory, memory_mask=keep)
+    full = dec(tgt, memory, memory_mask=keep).hidden
     caches = dec.init_cache(3, 4, 5)
     assert len(caches) == 2 and caches[0][0].max_len == 4 and caches[0][1].max_len == 5
-    steps = [dec(tgt[:, t : t + 1], memory, memory_mask=keep, caches=caches) for t in range(4)]
+    steps = [
+        dec(tgt[:, t : t + 1], memory, memory_mask=keep, caches=caches).hidden for t in range(4)
+    ]
     torch.testing.assert_close(torch.cat(steps, 1), full, **TOL)
     with pytest.raises(ValueError, match=r"max_len=4"):
         dec(tgt[:, :1], memory, memory_mask=keep, caches=caches)
+
+
+# --------------------------------------------------------------------------- PaddingCache
+
+
+def test_positions_from_mask_are_hugging_faces_cumsum_minus_one():
+    keep = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 0, 0], [0, 1, 0, 1, 1]], dtype=torch.bool)
+    pos = positions_from_mask(keep, 5)
+    hf = keep.long().cumsum(-1) - 1  # transformers' generate(): cumsum(attention_mask) - 1
+    assert torch.equal(pos[keep], hf[keep])
+    # Padding gets the row's last real position (0 before any): in range, never attended.
+    assert pos.tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 2, 2], [0, 0, 0, 1, 2]]
+    assert positions_from_mask(None, 3, start=4).tolist() == [[4, 5, 6]]
+    counts = torch.tensor([2, 0, 5])
+    assert positions_from_mask(keep[:, :2], 2, start=counts).tolist() == [[1, 1], [0, 1], [4, 5]]
+
+
+def test_padding_cache_records_slots_and_counts():
+    cache = PaddingCache(2, 6)
+    assert cache.update(None, 2) is None  # no padding yet: no mask needed
+    keep = torch.tensor([[True, False], [False, True]])
+    mask = cache.update(keep, 2)
+    assert mask.shape == (2, 1, 4)
+    assert mask[:, 0].tolist() == [[True, True, True, False], [True, True, False, True]]
+    assert cache.counts.tolist() == [3, 3] and cache.length == 4
+    assert cache.positions(None, 1).tolist() == [[3], [3]]
+    mask = cache.update(None, 1)  # once padding was seen, the mask is always returned
+    assert mask[:, 0, -1].tolist() == [True, True]
+    cache.reorder(torch.tensor([1, 1, 0]))
+    assert cache.batch_size == 3 and cache.counts.tolist() == [4, 4, 4]
+    assert cache.keep[:, :5].tolist()[0] == [True, True, False, True, True]
+
+
+def test_padding_cache_refuses_overflow_and_wrong_shapes():
+    cache = PaddingCache(2, 3)
+    cache.update(None, 2)
+    with pytest.raises(ValueError, match=r"4 positions exceed the cache's max_len=3"):
+        cache.update(None, 2)
+    assert cache.length == 2 and cache.counts.tolist() == [2, 2]  # unchanged
+    with pytest.raises(ValueError, match=r"expected keep of shape \(2, 1\), got \(1, 1\)"):
+        cache.update(torch.ones(1, 1, dtype=torch.bool), 1)
+    with pytest.raises(ValueError, match=r"batch_size and max_len must be >= 1"):
+        PaddingCache(0, 3)
+
+
+def test_padding_cache_reorder_of_a_full_batch_is_in_place():
+    cache = PaddingCache(3, 4)
+    cache.update(torch.tensor([[True], [False], [True]]), 1)
+    keep, counts = cache.keep, cache.counts
+    cache.reorder(torch.tensor([1, 1, 2]))
+    assert cache.keep is keep and cache.counts is counts  # same buffers (beam search)
+    assert cache.keep[:, 0].tolist() == [False, False, True] and counts.tolist() == [0, 0, 1]

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from attnkit.attention import causal_mask
-from attnkit.modules import MultiHeadAttention
+from attnkit.modules import AttentionOutput, MultiHeadAttention
 
 D, H = 8, 2
 TOL = dict(atol=1e-6, rtol=0)
@@ -62,8 +62,22 @@ def test_self_attention_matches_torch(mode, bias):
     ref.train(mode == "train")
     x = torch.randn(3, 5, D)
     expected, _ = ref(x, x, x, need_weights=False)
-    torch.testing.assert_close(ours(x), expected, **TOL)
-    torch.testing.assert_close(ours(x, return_weights=True)[0], expected, **TOL)
+    torch.testing.assert_close(ours(x).output, expected, **TOL)
+    torch.testing.assert_close(ours(x, return_weights=True).output, expected, **TOL)
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_return_shape_is_fixed(cross):
+    # Like torch.nn.MultiheadAttention, always a pair: weights None unless asked for.
+    ours, _ = make_pair()
+    x = torch.randn(2, 3, D)
+    context = torch.randn(2, 4, D) if cross else None
+    plain = ours(x, context)
+    assert type(plain) is AttentionOutput and plain.weights is None
+    assert plain.output.shape == (2, 3, D)
+    out, w = ours(x, context, return_weights=True)
+    assert w.shape == (2, H, 3, 4 if cross else 3)
+    torch.testing.assert_close(out, plain.output, **TOL)
 
 
 def test_cross_attention_matches_torch():
@@ -73,7 +87,7 @@ def test_cross_attention_matches_torch():
     out, w = ours(x, context, return_weights=True)
     torch.testing.assert_close(out, expected, **TOL)
     torch.testing.assert_close(w, expected_w, **TOL)
-    torch.testing.assert_close(ours(x, context), expected, **TOL)
+    torch.testing.assert_close(ours(x, context).output, expected, **TOL)
 
 
 @pytest.mark.parametrize("return_weights", [True, False])
@@ -83,12 +97,12 @@ def test_key_padding_mask_matches_torch(return_weights):
     ignore, keep = key_padding([6, 2, 4], 6)
     expected, _ = ref(x, context, context, key_padding_mask=ignore)
     res = ours(x, context, keep, return_weights=return_weights)
-    torch.testing.assert_close(res[0] if return_weights else res, expected, **TOL)
+    torch.testing.assert_close(res.output, expected, **TOL)
     # Changing what sits under the padding must not change anything.
     context2 = context.clone()
     context2[1, 2:] = 100.0
     res2 = ours(x, context2, keep, return_weights=return_weights)
-    torch.testing.assert_close(res2[0] if return_weights else res2, expected, **TOL)
+    torch.testing.assert_close(res2.output, expected, **TOL)
 
 
 @pytest.mark.parametrize("how", ["causal=True", "additive mask", "boolean mask"])
@@ -105,7 +119,7 @@ def test_causal_self_attention_matches_torch(how, return_weights):
         "boolean mask": dict(mask=causal_mask(t)),
     }[how]
     res = ours(x, return_weights=return_weights, **kwargs)
-    torch.testing.assert_close(res[0] if return_weights else res, expected, **TOL)
+    torch.testing.assert_close(res.output, expected, **TOL)
 
 
 def test_causal_plus_key_padding_matches_torch():
@@ -120,7 +134,7 @@ def test_causal_plus_key_padding_matches_torch():
     out, w = ours(x, mask=keep, causal=True, return_weights=True)
     torch.testing.assert_close(out, expected, **TOL)
     torch.testing.assert_close(w, expected_w, **TOL)
-    torch.testing.assert_close(ours(x, mask=keep, causal=True), expected, **TOL)
+    torch.testing.assert_close(ours(x, mask=keep, causal=True).output, expected, **TOL)
 
 
 def test_per_head_weights_match_torch():
@@ -150,7 +164,7 @@ def test_per_head_mask_matches_torch_3d_attn_mask():
     out, w = ours(x, mask=keep, return_weights=True)
     torch.testing.assert_close(out, expected, **TOL)
     torch.testing.assert_close(w, expected_w, **TOL)
-    torch.testing.assert_close(ours(x, mask=keep), expected, **TOL)
+    torch.testing.assert_close(ours(x, mask=keep).output, expected, **TOL)
 
 
 @pytest.mark.parametrize("return_weights", [True, False])
@@ -163,11 +177,11 @@ def test_kv_dim_cross_attention_matches_torch(return_weights):
         x, context, context, key_padding_mask=ignore, average_attn_weights=False
     )
     res = ours(x, context, keep, return_weights=return_weights)
+    torch.testing.assert_close(res.output, expected, **TOL)
     if return_weights:
-        torch.testing.assert_close(res[0], expected, **TOL)
-        torch.testing.assert_close(res[1], expected_w, **TOL)
+        torch.testing.assert_close(res.weights, expected_w, **TOL)
     else:
-        torch.testing.assert_close(res, expected, **TOL)
+        assert res.weights is None
 
 
 def test_fully_masked_row_gives_zeros_where_torch_gives_nan():
@@ -179,15 +193,15 @@ def test_fully_masked_row_gives_zeros_where_torch_gives_nan():
     assert torch.isnan(out_t[:, 2]).all() and torch.isnan(w_t[:, :, 2]).all()  # torch: NaN
     for return_weights in (True, False):
         res = ours(x, mask=keep, return_weights=return_weights)
-        out = res[0] if return_weights else res
+        out = res.output
         assert torch.isfinite(out).all()
         # The attention output of that row is zero, so the layer gives out_proj(0) = its bias.
         torch.testing.assert_close(out[:, 2], ours.out_proj.bias.expand(2, D), rtol=0, atol=0)
         rows = [0, 1, 3]
         torch.testing.assert_close(out[:, rows], out_t[:, rows], **TOL)
         if return_weights:
-            assert (res[1][:, :, 2] == 0).all()
-            torch.testing.assert_close(res[1][:, :, rows], w_t[:, :, rows], **TOL)
+            assert (res.weights[:, :, 2] == 0).all()
+            torch.testing.assert_close(res.weights[:, :, rows], w_t[:, :, rows], **TOL)
 
 
 def test_batch_size_one_and_length_one():
@@ -195,9 +209,9 @@ def test_batch_size_one_and_length_one():
     for t_q, t_k in [(1, 1), (1, 4), (3, 1)]:
         x, context = torch.randn(1, t_q, D), torch.randn(1, t_k, D)
         expected, _ = ref(x, context, context)
-        torch.testing.assert_close(ours(x, context), expected, **TOL)
+        torch.testing.assert_close(ours(x, context).output, expected, **TOL)
     x = torch.randn(1, 1, D)
-    torch.testing.assert_close(ours(x, causal=True), ref(x, x, x)[0], **TOL)
+    torch.testing.assert_close(ours(x, causal=True).output, ref(x, x, x)[0], **TOL)
 
 
 def test_d_model_not_divisible_by_heads_raises():
@@ -234,7 +248,7 @@ def test_gradcheck_double_module():
     keep[1, 0, 1:] = False
 
     def f(x, context):
-        a = ours(x, causal=True)
+        a = ours(x, causal=True).output
         b, w = ours(x, context, keep, return_weights=True)
         return a, b, w
 
@@ -253,8 +267,7 @@ def test_dropout_in_train_mode_is_random_and_seeded():
         def run(seed=None, return_weights=return_weights):
             if seed is not None:
                 torch.manual_seed(seed)
-            res = ours(x, return_weights=return_weights)
-            return res[0] if return_weights else res
+            return ours(x, return_weights=return_weights).output
 
         assert not torch.equal(run(), run())
         torch.testing.assert_close(run(seed=3), run(seed=3), rtol=0, atol=0)
@@ -270,7 +283,7 @@ def test_attention_dropout_is_off_in_eval_mode(return_weights):
     a = with_dropout(x, return_weights=return_weights)
     b = with_dropout(x, return_weights=return_weights)
     c = without(x, return_weights=return_weights)
-    a, b, c = (r[0] if return_weights else r for r in (a, b, c))
+    a, b, c = (r.output for r in (a, b, c))
     torch.testing.assert_close(a, b, rtol=0, atol=0)
     torch.testing.assert_close(a, c, **TOL)
     torch.testing.assert_close(a, ref(x, x, x)[0], **TOL)
@@ -288,6 +301,6 @@ def test_context_rows_shared_by_consecutive_query_rows():
     )
     torch.testing.assert_close(out, rep_out, atol=1e-6, rtol=0)
     torch.testing.assert_close(w, rep_w, atol=1e-6, rtol=0)
-    torch.testing.assert_close(mha(x, context, key_mask), rep_out, atol=1e-6, rtol=0)
+    torch.testing.assert_close(mha(x, context, key_mask).output, rep_out, atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="causal"):
         mha(x, context, causal=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 
@@ -12,8 +14,7 @@ from safetensors.torch import load_file
 
 from attnkit.training.averaging import average_checkpoints, step_checkpoints
 from attnkit.training.trainer import train
-
-from .conftest import ROOT, fast_config, subprocess_env
+from tests.helpers.training import ROOT, fast_config, subprocess_env
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +85,126 @@ def test_cli_averages_and_reports_errors(run_dir, tmp_path):
     assert too_many.returncode == 2 and "kept only 3 checkpoints" in too_many.stderr
     none = _cli(tmp_path, "--last", "2")
     assert none.returncode == 2 and "keep_checkpoints" in none.stderr
+
+
+# --------------------------------------------------------------------------- what --out may replace
+
+
+def _snapshot(folder):
+    import hashlib
+
+    return {
+        p.relative_to(folder): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        for p in sorted(folder.rglob("*"))
+    }
+
+
+@pytest.mark.parametrize(
+    "out,message",
+    [
+        (".", r"is \(or holds\) the run"),
+        ("..", r"is \(or holds\) the run"),
+        ("last", r"one of the run's own checkpoints"),
+        ("best", r"one of the run's own checkpoints"),
+        ("last.old-5", r"one of the run's own checkpoints"),
+        ("steps", r"a checkpoint being averaged"),
+        ("steps/step_0000007", r"one of the run's own checkpoints"),
+        ("steps/step_0000007/sub", r"one of the run's own checkpoints"),
+        ("steps/step_0000002", r"one of the run's own checkpoints"),
+        ("steps/new", r"one of the run's own checkpoints"),
+    ],
+)
+def test_out_never_lands_on_the_run_or_its_checkpoints(run_dir, out, message):
+    from attnkit.training.averaging import average_run
+
+    before = _snapshot(run_dir)
+    with pytest.raises(ValueError, match=message):
+        average_run(run_dir, last=3, out=run_dir / out)
+    assert _snapshot(run_dir) == before
+
+
+def _theses(folder):
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("precious")
+    (folder / "figures").mkdir()
+
+
+def _file(path):
+    path.write_text("precious")
+
+
+def _checkpoint_copy(path, run_dir):
+    shutil.copytree(run_dir / "last", path)
+
+
+def _translation_folder(path, run_dir):
+    from attnkit.decoding import save_translation_model
+    from attnkit.training.checkpoint import load_model
+
+    model, tokenizer, _ = load_model(run_dir / "last")
+    save_translation_model(path, model, tokenizer)
+
+
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda p, r: _theses(p), r"refusing to replace it: it holds \['figures', 'thesis.tex'\]"),
+        (lambda p, r: _file(p), r"refusing to replace it: a file, not a folder"),
+        (_checkpoint_copy, r"refusing to replace it: .* not an earlier `attnkit average` output"),
+        (_translation_folder, r"refusing to replace it: .* not an earlier `attnkit average`"),
+    ],
+)
+def test_out_refuses_what_averaging_did_not_write(run_dir, tmp_path, make, message):
+    target = tmp_path / "out"
+    make(target, run_dir)
+    before = _snapshot(tmp_path)
+    with pytest.raises(ValueError, match=rf"--out '.*out': {message}"):
+        average_checkpoints(step_checkpoints(run_dir), target, run=run_dir)
+    assert _snapshot(tmp_path) == before
+
+
+def test_out_replaces_an_earlier_average_or_an_empty_folder(run_dir, tmp_path):
+    kept = step_checkpoints(run_dir)
+    (tmp_path / "empty").mkdir()
+    average_checkpoints(kept[-1:], tmp_path / "empty")
+    out = average_checkpoints(kept[-1:], tmp_path / "avg")
+    again = average_checkpoints(kept, out)  # an earlier average: replaced
+    assert json.loads((again / "state.json").read_text())["averaged"][0].endswith("step_0000004")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["avg", "empty"]
+
+
+def test_a_recovered_old_step_checkpoint_is_averaged(run_dir, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    steps = run / "steps"
+    os.rename(steps / "step_0000006", steps / "step_0000006.old-77")  # killed between renames
+    (steps / "step_0000008.tmp-78").mkdir()  # killed while writing: never counted
+    (steps / "step_0000008.tmp-78" / "state.json").write_text('{"step": 8}')
+    kept = step_checkpoints(run)
+    assert [p.name for p in kept] == ["step_0000004", "step_0000006.old-77", "step_0000007"]
+    out = average_checkpoints(kept, tmp_path / "avg", run=run)
+    loaded = [load_file(p / "model.safetensors") for p in kept]
+    got = load_file(out / "model.safetensors")
+    for name, tensor in got.items():
+        want = (sum(d[name].double() for d in loaded) / 3).float()
+        torch.testing.assert_close(tensor, want, rtol=0, atol=1e-7)
+
+
+def test_cli_refusals_are_one_line_and_leave_everything(run_dir, tmp_path, capsys):
+    from attnkit.cli import main
+
+    before = _snapshot(run_dir)
+    _theses(tmp_path / "theses")
+    for out, message in [
+        (run_dir, "is (or holds) the run"),
+        (run_dir / "last", "one of the run's own checkpoints"),
+        (run_dir / "best", "one of the run's own checkpoints"),
+        (tmp_path / "theses", "refusing to replace it"),
+    ]:
+        assert main(["average", str(run_dir), "--last", "2", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"attnkit average: error: --out '{out}': {message}" in err, err
+    assert (tmp_path / "theses" / "thesis.tex").read_text() == "precious"
+    assert _snapshot(run_dir) == before
+    assert main(["average", str(run_dir), "--last", "0"]) == 2
+    assert "--last: expected a positive number, got 0" in capsys.readouterr().err

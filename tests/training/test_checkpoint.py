@@ -12,6 +12,7 @@ from attnkit.data import SubwordTokenizer
 from attnkit.models import Transformer, TransformerConfig
 from attnkit.training import checkpoint as ckpt
 from attnkit.training.config import TrainConfig
+from tests.helpers.bad_files import BAD_JSON
 
 
 @pytest.fixture(scope="module")
@@ -124,3 +125,127 @@ def test_load_model_errors(tmp_path, tokenizer):
     )
     with pytest.raises(ValueError, match=r"weights do not match the model"):
         ckpt.load_weights(other, tmp_path / "last")
+
+
+# --------------------------------------------------------------------------- corrupt checkpoints
+
+
+@pytest.fixture()
+def last(tmp_path, tokenizer):
+    model, config = make(tokenizer)
+    resume = {"optimizer": {"state": {}}, "rng": [torch.get_rng_state()]}
+    return save(tmp_path / "last", model, config, tokenizer, 4, resume=resume)
+
+
+def _truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+@pytest.mark.parametrize(
+    "damage,message",
+    [
+        (lambda p: p.write_bytes(b""), r"resume.pt: not a readable resume state"),
+        (_truncate, r"resume.pt: not a readable resume state"),
+        (lambda p: p.write_bytes(b"\x00" * 64), r"resume.pt: not a readable resume state"),
+        (lambda p: p.write_text("{}"), r"resume.pt: not a readable resume state"),
+        (lambda p: torch.save([1, 2], p), r"resume.pt: expected a dict of training states, got list"),
+        (lambda p: torch.save(torch.zeros(3), p), r"expected a dict of training states, got Tensor"),
+        (lambda p: torch.save({"f": os.getcwd}, p), r"resume.pt: not a readable resume state \(UnpicklingError"),
+    ],
+)
+def test_a_corrupt_resume_state_is_a_clear_error(last, damage, message):
+    damage(last / "resume.pt")
+    with pytest.raises(ValueError, match=message):
+        ckpt.load_resume_state(last)
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    BAD_JSON
+    + [
+        (b"{}", r"\"step\": expected a non-negative integer, got None"),
+        (b'{"step": "4"}', r"\"step\": expected a non-negative integer, got '4'"),
+        (b'{"step": -1}', r"got -1"),
+        (b'{"step": true}', r"got True"),
+        (b'{"step": 4.0}', r"got 4.0"),
+    ],
+)
+def test_a_corrupt_state_json_is_a_clear_error(last, content, message):
+    (last / "state.json").write_bytes(content)
+    with pytest.raises(ValueError, match=rf"state.json: .*{message}"):
+        ckpt.read_state(last)
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    BAD_JSON
+    + [
+        (b'{"model_type": "bert"}', r"this is a Hugging Face BERT folder"),
+        (b'{"model": {"d_model": -16}}', r"bad training config: .*d_model"),
+        (b'{"model": {"d_model": "16"}}', r"bad training config: .*model.d_model: expected int"),
+        (b'{"model": {"num_heads": 0}}', r"num_heads: expected an integer from 1"),
+        (b'{"model": {}, "optim": []}', r"bad training config: .*\[optim\]: expected a table"),
+        (b'{"model": {}, "extra": {}}', r"unknown config section"),
+    ],
+)
+def test_a_corrupt_checkpoint_config_is_a_clear_error(last, content, message):
+    (last / "config.json").write_bytes(content)
+    with pytest.raises(ValueError, match=rf"config.json: .*{message}"):
+        ckpt.read_train_config(last)
+    with pytest.raises(ValueError, match=rf"config.json: .*{message}"):
+        ckpt.load_model(last)
+
+
+def test_corrupt_or_missing_weights_are_named(last):
+    _truncate(last / "model.safetensors")
+    with pytest.raises(ValueError, match=r"last/model.safetensors: not a readable safetensors"):
+        ckpt.load_model(last)
+    (last / "model.safetensors").unlink()
+    with pytest.raises(ValueError, match=r"holds no checkpoint"):
+        ckpt.load_model(last)
+
+
+def test_resume_of_a_corrupt_checkpoint_is_one_line_not_a_traceback(tmp_path, tokenizer, capsys):
+    from attnkit.cli import main
+
+    model, config = make(tokenizer)
+    save(tmp_path / "last", model, config, tokenizer, 4)
+    (tmp_path / "last" / "config.json").write_text("[]")
+    assert main(["train", "--resume", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "config.json: expected a JSON object" in err and "Traceback" not in err
+
+
+def test_saving_never_replaces_a_folder_attnkit_did_not_write(tmp_path, tokenizer):
+    model, config = make(tokenizer)
+    (tmp_path / "last").mkdir()
+    (tmp_path / "last" / "notes.md").write_text("mine")
+    with pytest.raises(ValueError, match=r"checkpoint folder '.*last': refusing to replace it"):
+        save(tmp_path / "last", model, config, tokenizer, 1)
+    assert [p.name for p in (tmp_path / "last").iterdir()] == ["notes.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last"]
+
+
+def test_the_newest_recovered_checkpoint_is_found_and_an_unreadable_one_comes_last(
+    tmp_path, tokenizer
+):
+    model, config = make(tokenizer)
+    for step, pid in ((3, 11), (9, 12), (6, 13)):
+        save(tmp_path / "keep", model, config, tokenizer, step)
+        os.rename(tmp_path / "keep", tmp_path / f"last.old-{pid}")
+    assert ckpt.find_checkpoint(tmp_path / "last") == tmp_path / "last.old-12"
+    (tmp_path / "last.old-12" / "state.json").write_text("[")
+    assert ckpt.find_checkpoint(tmp_path / "last") == tmp_path / "last.old-13"
+
+
+def test_checkpoints_keep_the_writer_mark_and_are_translation_folders(tmp_path, tokenizer):
+    from attnkit import model_folder
+    from attnkit.decoding import load_translation_model
+
+    model, config = make(tokenizer)
+    folder = save(tmp_path / "best", model, config, tokenizer, 2)
+    assert model_folder.weights_metadata(folder / "model.safetensors")["writer"] == "attnkit"
+    loaded, _, _ = load_translation_model(folder)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name

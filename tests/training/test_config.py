@@ -6,8 +6,7 @@ import pytest
 
 from attnkit.models import TransformerConfig
 from attnkit.training.config import DataConfig, OptimConfig, TrainConfig, apply_overrides
-
-from .conftest import CONFIGS
+from tests.helpers.training import CONFIGS
 
 
 def write(tmp_path, text):
@@ -94,8 +93,8 @@ def test_bad_override_syntax(item, message):
         ("[optim]\nbetas = [0.9]\n", r"optim.betas: expected tuple"),
         ('[model]\ndropout = "high"\n', r"model.dropout: expected float"),
         ("[model]\nsrc_vocab_size = 10\n", r"model.src_vocab_size: set from the tokenizer"),
-        ("[data]\nmax_tokens = 0\n", r"data.max_tokens: expected a number > 0, got 0"),
-        ('[model]\npositional = "rope"\n', r"positional: expected 'sinusoidal' or 'learned'"),
+        ("[data]\nmax_tokens = 0\n", r"c.toml': data.max_tokens: expected an integer from 1 to 16,777,216, got 0"),
+        ('[model]\npositional = "rope"\n', r"positional: expected one of \['sinusoidal', 'learned'\]"),
         ("[model\n", r"is not valid TOML"),
     ],
 )
@@ -124,7 +123,7 @@ def test_with_overrides_keeps_vocab_sizes():
 
 
 def test_optim_and_data_validation():
-    with pytest.raises(ValueError, match=r"optim.label_smoothing: expected a number in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"optim.label_smoothing: expected a number in \[0.0, 1.0\)"):
         OptimConfig(label_smoothing=1.0)
     with pytest.raises(ValueError, match=r"train_src and train_tgt must name files"):
         DataConfig(corpus="")
@@ -142,3 +141,104 @@ def test_optional_ffn_dropout_defaults_to_dropout_and_round_trips(tmp_path):
     assert d.model.ffn_dropout == 0.0 and isinstance(d.model.ffn_dropout, float)
     with pytest.raises(ValueError, match="ffn_dropout"):
         c.with_overrides(['model.ffn_dropout="x"'])
+
+
+BAD_SETS = [
+    # negative, zero, boolean, string, fractional and huge sizes
+    ("model.d_model=-1", r"d_model: expected an integer from 1 to"),
+    ("model.d_model=0", r"d_model: expected an integer from 1 to"),
+    ("model.d_model=true", r"model.d_model: expected int, got True \(bool\)"),
+    ('model.d_model="64"', r"model.d_model: expected int, got '64' \(str\)"),
+    ("model.d_model=64.0", r"model.d_model: expected int, got 64.0"),
+    ("model.d_model=99999999999", r"d_model: expected an integer from 1 to"),
+    ("model.num_heads=0", r"num_heads: expected an integer from 1 to"),
+    ("model.num_heads=3", r"d_model must be a multiple of num_heads"),
+    ("model.d_ff=-5", r"d_ff: expected an integer from 1 to"),
+    ("model.num_encoder_layers=0", r"num_encoder_layers: expected an integer from 1 to"),
+    ("model.max_len=1000000000", r"max_len: expected an integer from 1 to"),
+    ("model.d_model=65536", r"parameters"),  # each size allowed, the whole model too large
+    ("model.dropout=1.5", r"dropout: expected a number in \[0.0, 1.0\)"),
+    ("model.dropout=nan", r"dropout: expected a number in \[0.0, 1.0\), got nan"),
+    ("data.max_tokens=0", r"data.max_tokens: expected an integer from 1 to 16,777,216, got 0"),
+    ("data.max_tokens=-4096", r"data.max_tokens: expected an integer from 1"),
+    ("data.max_tokens=true", r"data.max_tokens: expected int, got True"),
+    ("data.max_tokens=99999999999", r"data.max_tokens: expected an integer from 1 to 16,777,216"),
+    ("data.max_tokens=16", r"data.max_tokens=16 must be >= the longest pair"),
+    ("data.vocab_size=10", r"data.vocab_size: expected an integer from 261 to"),
+    ("data.vocab_size=10000000", r"data.vocab_size: expected an integer from 261 to 1,048,576"),
+    ("data.max_len=999", r"data.max_len=999 exceeds model.max_len=32"),
+    ("data.seed=-1", r"data.seed: expected an integer from 0 to 4,294,967,295, got -1"),
+    ("data.copy_max_len=2", r"data.copy_max_len=2 must be >= data.copy_min_len=3"),
+    ("optim.max_steps=-1", r"optim.max_steps: expected an integer from 0 to"),
+    ("optim.max_steps=false", r"optim.max_steps: expected int, got False"),
+    ("optim.accumulation=0", r"optim.accumulation: expected an integer from 1 to 4,096"),
+    ("optim.warmup_steps=0", r"optim.warmup_steps: expected an integer from 1"),
+    ("optim.threads=100000", r"optim.threads: expected an integer from 0 to 4,096"),
+    ("optim.lr_scale=0", r"optim.lr_scale: expected a number in \(0.0, 1000.0\]"),
+    ("optim.lr_scale=inf", r"optim.lr_scale: expected a number in \(0.0, 1000.0\], got inf"),
+    ("optim.max_minutes=-1", r"optim.max_minutes: expected a number in \[0.0, 10000000.0\]"),
+    ("optim.max_minutes=nan", r"optim.max_minutes: expected a number in .*, got nan"),
+    ("optim.betas=[0.9, 1.0]", r"optim.betas: expected a number in \[0.0, 1.0\), got 1.0"),
+    ("optim.betas=[0.9]", r"optim.betas: expected tuple"),
+    ('optim.log_every="often"', r"optim.log_every: expected int, got 'often' \(str\)"),
+    ("optim.val_bleu=1", r"optim.val_bleu: expected bool, got 1 \(int\)"),
+    ("optim.autocast=fp8", r"optim.autocast: expected one of"),
+]
+
+
+@pytest.mark.parametrize("item,message", BAD_SETS, ids=[item for item, _ in BAD_SETS])
+def test_bad_set_values_name_the_set_item_and_the_field(item, message):
+    """Every bad ``--set`` value fails at once, naming the item it came from and the field."""
+    with pytest.raises(ValueError, match=message) as info:
+        TrainConfig.from_toml(CONFIGS / "tiny_copy.toml", [item])
+    assert f"--set {item!r}" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "item,message",
+    [
+        ("model.d_modl=64", r"unknown key model.d_modl; known \[model\] keys: .*'d_model'"),
+        ("optim.learning_rate=0.1", r"unknown key optim.learning_rate;.*'lr_scale'"),
+        ("trainer.max_steps=1", r"unknown section 'trainer'; known: \['model', 'data', 'optim'\]"),
+        ("model.src_vocab_size=10", r"model.src_vocab_size: set from the tokenizer"),
+        ("max_steps=1", r"expected section.key=value"),
+    ],
+)
+def test_unknown_keys_and_sections_in_set(item, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig.from_toml(CONFIGS / "tiny_copy.toml", [item])
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("[model]\nd_model = -8\n", r"d_model: expected an integer from 1"),
+        ("[optim]\nmax_steps = -3\n", r"optim.max_steps: expected an integer from 0"),
+        ("[data]\nvocab_size = true\n", r"data.vocab_size: expected int, got True"),
+        ('[optim]\nthreads = "2"\n', r"optim.threads: expected int, got '2'"),
+        ("[optim]\nmax_minutes = inf\n", r"optim.max_minutes: expected a number in .*, got inf"),
+    ],
+)
+def test_bad_file_values_name_the_file_and_the_field(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(ValueError, match=message) as info:
+        TrainConfig.from_toml(path)
+    assert str(info.value).startswith(f"config file {str(path)!r}")
+
+
+def test_resumed_config_errors_name_the_set_item_or_the_saved_config():
+    with pytest.raises(ValueError, match=r"^--set 'optim.eps=0': optim.eps: expected a number"):
+        TrainConfig().with_overrides(["optim.eps=0"], source="run/last/config.json")
+    saved = TrainConfig(data=DataConfig(copy_min_len=2))
+    with pytest.raises(
+        ValueError, match=r"^run/last/config.json with --set 'data.copy_max_len=1': data.copy_max"
+    ):
+        saved.with_overrides(["data.copy_max_len=1"], source="run/last/config.json")
+
+
+def test_values_at_the_bounds_are_accepted():
+    c = TrainConfig.from_toml(
+        CONFIGS / "tiny_copy.toml",
+        ["optim.max_steps=0", "optim.patience=1", "data.vocab_size=261", "optim.threads=4096"],
+    )
+    assert c.optim.max_steps == 0 and c.data.vocab_size == 261

@@ -10,8 +10,7 @@ import torch
 
 from attnkit.training import train
 from attnkit.training.metrics_log import read_metrics
-
-from .conftest import FAST, TINY_COPY, fast_config, run, weights
+from tests.helpers.training import FAST, TINY_COPY, fast_config, run, weights
 
 STEPS = 8
 # No dropout: each rank has its own random stream, a single process has one.
@@ -65,12 +64,61 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
     got, want = weights(tmp_path / "ddp"), weights(tmp_path / "single")
     for name in want:
         torch.testing.assert_close(got[name], want[name], rtol=0, atol=1e-5, msg=name)
-    # Rank 0 alone writes: one log, one metrics file, no per-rank files.
+    # Rank 0 alone writes: one log, one metrics file, no per-rank files (and its writer lock).
     assert sorted(p.name for p in (tmp_path / "ddp").iterdir()) == [
+        ".attnkit.lock",
         "best",
         "config.toml",
         "last",
         "metrics.jsonl",
         "tokenizer.json",
         "train.log",
+    ]
+
+
+AGREE = """
+import sys
+from pathlib import Path
+
+from attnkit.training.distributed import barrier, close_distributed, init_distributed, raise_together
+
+info = init_distributed("cpu")
+results = []
+for failing_rank, error in [(0, ValueError), (1, RuntimeError), (None, None), (0, OSError)]:
+    try:
+        with raise_together(info):
+            if info.rank == failing_rank:
+                raise error(f"check failed on rank {info.rank}")
+        results.append("ok")
+    except Exception as err:
+        results.append(f"{type(err).__name__}: {err}")
+    barrier(info)  # would hang here if one rank raised alone
+Path(sys.argv[1], f"rank{info.rank}.txt").write_text("\\n".join(results) + "\\n")
+close_distributed()
+"""
+
+
+def test_all_ranks_raise_together_when_one_rank_fails(tmp_path):
+    """A check made on one rank (the run folder, the tokenizer) that fails makes every rank
+    raise, with the failed rank's message, instead of leaving the others at a barrier."""
+    script = tmp_path / "agree.py"
+    script.write_text(AGREE)
+    run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(script), str(tmp_path)],
+        timeout=120,
+    )
+    rank0 = (tmp_path / "rank0.txt").read_text().splitlines()
+    rank1 = (tmp_path / "rank1.txt").read_text().splitlines()
+    assert rank0 == [
+        "ValueError: check failed on rank 0",
+        "PeerError: check failed on rank 1 (raised as RuntimeError on rank 1)",
+        "ok",
+        "OSError: check failed on rank 0",
+    ]
+    assert rank1 == [
+        "ValueError: check failed on rank 0 (raised as ValueError on rank 0)",
+        "RuntimeError: check failed on rank 1",
+        "ok",
+        "PeerError: check failed on rank 0 (raised as OSError on rank 0)",
     ]

@@ -11,8 +11,16 @@ import torch
 
 from attnkit.training import train
 from attnkit.training.checkpoint import find_checkpoint
-
-from .conftest import FAST, TINY_COPY, cli_command, fast_config, run, subprocess_env, weights
+from attnkit.training.run_folder import LOCK_FILE
+from tests.helpers.training import (
+    FAST,
+    TINY_COPY,
+    cli_command,
+    fast_config,
+    run,
+    subprocess_env,
+    weights,
+)
 
 STEPS = 80
 OPTIONS = ["optim.save_every=5", "optim.eval_every=20"]
@@ -50,6 +58,7 @@ def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path):
     assert proc.returncode == -signal.SIGKILL
     at_kill = json.loads((find_checkpoint(killed / "last") / "state.json").read_text())["step"]
     assert 10 <= at_kill < STEPS
+    assert (killed / LOCK_FILE).is_file()  # the killed run's lock file stays; its lock does not
 
     run(cli_command("--resume", str(killed)))
     state = json.loads((killed / "last" / "state.json").read_text())

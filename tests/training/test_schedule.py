@@ -6,13 +6,13 @@ import pytest
 import torch
 
 from attnkit.training.config import OptimConfig
+from attnkit.training.optim import build_optimizer
 from attnkit.training.schedule import (
     cooldown_factor,
     inverse_sqrt_lr,
     inverse_sqrt_scheduler,
     set_progress,
 )
-from attnkit.training.trainer import build_optimizer
 
 
 def paper_lr(step, d_model, warmup, scale=1.0):

@@ -6,52 +6,10 @@ import json
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from attnkit.models import Transformer, TransformerConfig
 from attnkit.training.metrics_log import read_metrics
-from attnkit.training.trainer import SequenceLoss, Trainer, train
-
-from .conftest import fast_config, weights
-
-
-def test_sequence_loss_equals_full_logits_cross_entropy():
-    """Logits only for real target tokens give torch's label-smoothed loss and gradients."""
-    torch.manual_seed(0)
-    cfg = TransformerConfig(
-        src_vocab_size=23,
-        tgt_vocab_size=23,
-        d_model=16,
-        num_heads=2,
-        d_ff=32,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        dropout=0.0,
-        attn_dropout=0.0,
-    )
-    model = Transformer(cfg)
-    src = torch.randint(4, 23, (3, 7))
-    tgt = torch.randint(4, 23, (3, 6))
-    src[1, 4:] = 0
-    tgt[2, 3:] = 0
-    tgt_in, tgt_out = tgt, torch.cat([tgt[:, 1:], torch.zeros(3, 1, dtype=torch.long)], 1)
-
-    got = SequenceLoss(model)(src, tgt_in, tgt_out, 0.1)
-    got.backward()
-    got_grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
-    logits = model(src, tgt_in)  # (B, T, V), every position
-    want = F.cross_entropy(
-        logits.flatten(0, 1),
-        tgt_out.flatten(),
-        ignore_index=0,
-        label_smoothing=0.1,
-        reduction="sum",
-    )
-    want.backward()
-    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-5)
-    for g, p in zip(got_grads, model.parameters(), strict=True):
-        torch.testing.assert_close(g, p.grad, rtol=1e-5, atol=1e-6)
+from attnkit.training.trainer import Trainer, train
+from tests.helpers.training import fast_config, weights
 
 
 def test_a_budget_is_required(tmp_path):

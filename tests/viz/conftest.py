@@ -4,11 +4,7 @@ import pytest
 
 from attnkit.decoding import load_translation_model
 from attnkit.viz import capture_bert, capture_translation
-
-from .helpers import build_translation_model, minilm_dir
-
-SENTENCE = "Ein Mann fährt Fahrrad."
-TARGET = "A man rides a bike."
+from tests.helpers.viz import SENTENCE, TARGET, build_translation_model, minilm_dir
 
 
 @pytest.fixture(scope="session")

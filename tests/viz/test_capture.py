@@ -8,9 +8,7 @@ from torch import nn
 from attnkit import attention
 from attnkit.decoding import DecodingConfig, Translator
 from attnkit.viz import capture_bert, capture_translation, detect_model_type, subword_labels
-
-from .conftest import SENTENCE, TARGET
-from .helpers import NUM_HEADS, NUM_LAYERS, minilm_dir
+from tests.helpers.viz import NUM_HEADS, NUM_LAYERS, SENTENCE, TARGET, minilm_dir
 
 
 def _ids(tokenizer, text, *, bos=False, eos=False):

@@ -17,8 +17,7 @@ import pytest
 import torch
 
 from attnkit.viz import render_html, write_html
-
-from .helpers import assert_image
+from tests.helpers.viz import assert_image
 
 DATA = re.compile(r'<script id="attnkit-data" type="application/json">(.*?)</script>', re.S)
 CHROMIUM_FLAGS = [

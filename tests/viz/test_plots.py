@@ -7,8 +7,7 @@ import torch
 from matplotlib.patches import Rectangle
 
 from attnkit.viz import alignment, head_grid, heatmap
-
-from .helpers import NUM_HEADS, assert_image
+from tests.helpers.viz import NUM_HEADS, assert_image
 
 
 def _ticks(axis):

@@ -8,8 +8,11 @@ command means adding a file; heavy imports belong inside ``run``.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import io
 import logging
+import os
 import pkgutil
 import sys
 
@@ -26,6 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attnkit",
         description="attnkit: attention and Transformers from the seed notes, done right.",
+        epilog="exit status: 0 on success; 2 on an error, told in one line "
+        "'attnkit COMMAND: error: ...' on standard error (bad arguments or input, a file that "
+        "cannot be read or written, a full disk, out of memory; -v shows the traceback); "
+        "130 when interrupted.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -41,7 +48,53 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def describe_os_error(err: OSError) -> str:
+    """One line for an operating-system error: what failed, on which file, and what to do."""
+    name = f"{os.fsdecode(err.filename)!r}" if err.filename is not None else None
+    code = err.errno
+    if code == errno.ENOSPC:
+        where = f"writing {name}" if name else "writing the output"
+        return f"no space left on the device while {where}; free some space or write elsewhere"
+    if code == errno.EDQUOT:
+        return f"disk quota exceeded while writing {name or 'the output'}"
+    if code in (errno.EACCES, errno.EPERM):
+        return f"permission denied: {name or 'the file'} cannot be opened (check its permissions)"
+    if code == errno.EROFS:
+        return f"{name or 'the output'} is on a read-only file system"
+    if code == errno.EISDIR:
+        return f"{name or 'the path'} is a directory, expected a file"
+    if code == errno.ENOENT:
+        return f"{name or 'a file'}: no such file or directory"
+    if code == errno.ENOTDIR:
+        return f"a part of {name or 'the path'} is a file, not a folder"
+    text = err.strerror or os.strerror(code) if code is not None else str(err)
+    return f"{name}: {text}" if name else str(text or err)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _discard_stdout() -> None:
+    """Point standard output at /dev/null so that the interpreter's final flush of a closed
+    pipe or a full disk does not print a second error."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; return its exit status.
+
+    Exit status: 0 on success; 2 with one line ``attnkit COMMAND: error: ...`` on standard
+    error for bad arguments or input (argparse's own errors included), an operating-system
+    error (missing, unreadable or unwritable file, full disk, ...), a runtime error (e.g. out
+    of memory) or a keyboard interrupt (130). ``-v`` re-raises instead, with the traceback.
+    Other exceptions are bugs and keep their traceback.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -49,13 +102,36 @@ def main(argv: list[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+
+    def fail(message: str, status: int = 2) -> int:
+        print(f"attnkit {args.command}: error: {message}", file=sys.stderr)
+        return status
+
     try:
-        return int(args._run(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError, UnicodeDecodeError) as err:
+        status = int(args._run(args) or 0)
+        sys.stdout.flush()  # a full disk or closed pipe shows up here, not at exit
+        return status
+    except BrokenPipeError:
+        _discard_stdout()
+        return 0
+    except KeyboardInterrupt:
+        if args.verbose:
+            raise
+        return fail("interrupted", 130)
+    except (ValueError, TypeError) as err:
         # Bad input: one clear line, no traceback (use -v for the traceback).
         if args.verbose:
             raise
-        print(f"attnkit {args.command}: error: {err}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
-        return 0
+        return fail(_first_line(err))
+    except OSError as err:
+        if args.verbose:
+            raise
+        if err.filename is None:
+            _discard_stdout()
+        return fail(describe_os_error(err))
+    except (RuntimeError, MemoryError) as err:
+        # The last resort: torch's errors (out of memory, a device that fails) and the like.
+        if args.verbose:
+            raise
+        what = "out of memory" if isinstance(err, MemoryError) else _first_line(err)
+        return fail(f"{what} (run with -v for the traceback)")

@@ -7,21 +7,30 @@ ships with the package and is read by name::
     corpus = load_named_corpus("multi30k", split="train", src_lang="de", tgt_lang="en")
     src, tgt = corpus[0]
 
-Only the line terminator (``"\\n"`` or ``"\\r\\n"``) is removed; every other character,
-including leading, trailing and repeated spaces, is kept so that detokenized output can
-be scored against the references exactly as they are.
+Files are read with :func:`attnkit.metrics.io.read_lines`, the one reader of text files
+(gzip, byte-order mark, CRLF and UTF-8 errors are handled there): only the line terminator
+(``"\\n"`` or ``"\\r\\n"``) is removed; every other character, including leading, trailing
+and repeated spaces, is kept so that detokenized output can be scored against the references
+exactly as they are.
 """
 
 from __future__ import annotations
 
-import gzip
 import importlib.resources
 import os
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-_GZIP_MAGIC = b"\x1f\x8b"
+from attnkit.metrics.io import read_lines
+
+__all__ = [
+    "NAMED_CORPORA",
+    "NamedCorpus",
+    "ParallelCorpus",
+    "load_named_corpus",
+    "load_parallel",
+    "read_lines",
+]
 
 
 @dataclass(frozen=True)
@@ -76,45 +85,6 @@ NAMED_CORPORA: dict[str, NamedCorpus] = {
 }
 
 
-def read_lines(path: str | os.PathLike[str]) -> list[str]:
-    """Reads a plain or gzip-compressed UTF-8 text file, one sentence a line.
-
-    Gzip is recognised by its magic bytes, not by the file name. A final line without a
-    terminator is kept; a terminator at the very end does not add an empty line.
-
-    Args:
-        path: The file to read.
-
-    Returns:
-        The lines without their ``"\\n"`` / ``"\\r\\n"`` terminators.
-
-    Raises:
-        ValueError: If the file is empty, is a damaged gzip file, or is not valid UTF-8
-            (the message names the file and the 1-based line number).
-    """
-    with open(path, "rb") as f:
-        data = f.read()
-    if data.startswith(_GZIP_MAGIC):
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
-            raise ValueError(f"path={os.fspath(path)!r} is not a valid gzip file: {e}") from e
-    if not data:
-        raise ValueError(f"path={os.fspath(path)!r} is empty, expected one sentence a line")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise ValueError(
-            f"path={os.fspath(path)!r} is not valid UTF-8: line {line} has byte "
-            f"{data[e.start : e.start + 1]!r} ({e.reason})"
-        ) from e
-    lines = text.split("\n")  # not splitlines(): it also splits on \x0b, \x1c, \u2028, ...
-    if lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
-
-
 def load_parallel(
     src_path: str | os.PathLike[str], tgt_path: str | os.PathLike[str]
 ) -> ParallelCorpus:
@@ -128,11 +98,16 @@ def load_parallel(
         The aligned sentences.
 
     Raises:
-        ValueError: If a file cannot be read as text (see `read_lines`) or the two files
-            have different line counts.
+        ValueError: If a file cannot be read as text (see `read_lines`), is empty, or the
+            two files have different line counts.
     """
     src = read_lines(src_path)
     tgt = read_lines(tgt_path)
+    for arg, path, lines in (("src_path", src_path, src), ("tgt_path", tgt_path, tgt)):
+        if not lines:
+            raise ValueError(
+                f"{arg}={os.fspath(path)!r} is empty, expected one sentence a line"
+            )
     if len(src) != len(tgt):
         raise ValueError(
             f"src_path={os.fspath(src_path)!r} has {len(src)} lines but "

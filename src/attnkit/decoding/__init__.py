@@ -13,11 +13,15 @@ Modules: :mod:`~attnkit.decoding.search` (the pure beam step, length penalties),
 """
 
 from attnkit.decoding.generate import (
+    MAX_BEAM_SIZE,
     DecoderState,
     DecodingConfig,
     Hypothesis,
+    available_memory,
     beam_search,
+    check_decoding_memory,
     decode_one_token,
+    decoding_memory,
     generate,
     greedy_search,
     max_lengths,
@@ -31,9 +35,15 @@ from attnkit.decoding.loading import (
     shipped_model_dir,
 )
 from attnkit.decoding.search import BeamSearch, LengthPenalty
-from attnkit.decoding.translate import TranslationOutput, Translator, token_batches
+from attnkit.decoding.translate import (
+    TranslationOutput,
+    Translator,
+    normalize_source,
+    token_batches,
+)
 
 __all__ = [
+    "MAX_BEAM_SIZE",
     "BeamSearch",
     "DecoderState",
     "DecodingConfig",
@@ -42,12 +52,16 @@ __all__ = [
     "TranslationModel",
     "TranslationOutput",
     "Translator",
+    "available_memory",
     "beam_search",
+    "check_decoding_memory",
     "decode_one_token",
+    "decoding_memory",
     "generate",
     "greedy_search",
     "load_translation_model",
     "max_lengths",
+    "normalize_source",
     "prefill",
     "resolve_model_dir",
     "save_translation_model",

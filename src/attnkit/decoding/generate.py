@@ -25,25 +25,42 @@ rows are dropped from the tokens, the memory and every cache), so they cost noth
 and cannot interact with the others. Translating sentences one at a time or many at a time
 gives the same tokens (up to float rounding differences between batch shapes, which only
 matter at exact ties).
+
+Bounds. :class:`DecodingConfig` refuses beams above :data:`MAX_BEAM_SIZE`, non-finite or
+negative length settings and non-finite length penalties; the length limit is clamped to the
+model's ``max_len - 1`` before it becomes an integer, so any finite ``max_len_a`` works. Before
+allocating, :func:`check_decoding_memory` compares an estimate of the caches and scores
+(:func:`decoding_memory`) with the memory free on the device and refuses, naming both, what
+cannot fit; :class:`~attnkit.decoding.Translator` splits its batches to stay under half of it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
 
+from attnkit.data.tokenizer import SubwordTokenizer
 from attnkit.decoding.search import LENGTH_PENALTY_STYLES, BeamSearch, LengthPenalty
 from attnkit.modules.kv_cache import KVCache
 
 _HEAD_CHUNK_ELEMENTS = 1 << 21  # logits per slice of the output layer (8 MB in float32)
+DEFAULT_BOS_ID = SubwordTokenizer.bos_id  # the ids of attnkit's tokenizer, used when a
+DEFAULT_EOS_ID = SubwordTokenizer.eos_id  # DecodingConfig leaves bos_id/eos_id unset
 
 __all__ = [
+    "DEFAULT_BOS_ID",
+    "DEFAULT_EOS_ID",
+    "MAX_BEAM_SIZE",
     "DecoderState",
     "DecodingConfig",
     "Hypothesis",
+    "available_memory",
     "beam_search",
+    "check_decoding_memory",
+    "decoding_memory",
     "decode_one_token",
     "generate",
     "greedy_search",
@@ -52,42 +69,102 @@ __all__ = [
 ]
 
 
+MAX_BEAM_SIZE = 1024
+"""The largest beam :class:`DecodingConfig` accepts. Quality stops improving long before (beams
+of 4-10 are usual, and larger beams favour short outputs); the memory check of
+:func:`check_decoding_memory` is the bound that matters for a given model and batch."""
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class DecodingConfig:
-    """How to search. Lengths count generated tokens without bos and eos."""
+    """How to search. Lengths count generated tokens without bos and eos.
 
-    beam_size: int = 5  # 1 = greedy search
+    ``bos_id`` / ``eos_id`` None (the default) means "the tokenizer's":
+    :class:`~attnkit.decoding.Translator` fills them from its tokenizer (:meth:`with_ids`), and
+    :func:`generate` called directly on ids uses :data:`DEFAULT_BOS_ID` / :data:`DEFAULT_EOS_ID`,
+    the fixed ids of attnkit's :class:`~attnkit.data.SubwordTokenizer`.
+    """
+
+    beam_size: int = 5  # 1 = greedy search; 1 <= beam_size <= MAX_BEAM_SIZE (and memory)
     max_len_a: float = 1.2  # a sentence stops after max_len_a * src_len + max_len_b tokens
     max_len_b: int = 10  # (src_len without eos/pad; capped by the model's max_len - 1)
-    min_len: int = 1  # eos is forbidden before this many tokens
+    min_len: int = 1  # eos is forbidden before this many tokens (capped like the limit)
     lenpen: float = 1.0  # length penalty exponent alpha; 0 = rank by summed log-prob
     lenpen_style: str = "fairseq"  # "fairseq": len**alpha, "gnmt": ((5 + len) / 6)**alpha
     n_best: int = 1  # hypotheses returned per sentence (<= beam_size)
     use_cache: bool = True  # False: recompute the whole prefix at every step
-    bos_id: int = 1
-    eos_id: int = 2
+    bos_id: int | None = None  # None: the tokenizer's (see the class docstring)
+    eos_id: int | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.beam_size, int) or self.beam_size < 1:
+        if not _is_int(self.beam_size) or self.beam_size < 1:
             raise ValueError(f"beam_size: expected an integer >= 1, got {self.beam_size!r}")
-        if self.max_len_a < 0 or self.max_len_b < 0:
+        if self.beam_size > MAX_BEAM_SIZE:
             raise ValueError(
-                f"max_len_a, max_len_b: expected >= 0, got {self.max_len_a}, {self.max_len_b}"
+                f"beam_size: expected at most MAX_BEAM_SIZE={MAX_BEAM_SIZE}, got {self.beam_size} "
+                "(beams of 4-10 are usual)"
             )
-        if self.min_len < 0:
-            raise ValueError(f"min_len: expected >= 0, got {self.min_len}")
+        for name in ("max_len_a", "max_len_b"):
+            value = getattr(self, name)
+            if not _is_real(value) or not math.isfinite(value) or value < 0:
+                raise ValueError(
+                    f"max_len_a, max_len_b: expected >= 0 and finite, got {name}={value!r}"
+                )
+        if not _is_int(self.max_len_b):
+            raise ValueError(f"max_len_b: expected an integer >= 0, got {self.max_len_b!r}")
+        if not _is_int(self.min_len) or self.min_len < 0:
+            raise ValueError(f"min_len: expected an integer >= 0, got {self.min_len!r}")
+        if not _is_real(self.lenpen) or not math.isfinite(self.lenpen):
+            raise ValueError(f"lenpen: expected a finite number, got {self.lenpen!r}")
         if self.lenpen_style not in LENGTH_PENALTY_STYLES:
             raise ValueError(
                 f"lenpen_style: expected one of {LENGTH_PENALTY_STYLES}, got {self.lenpen_style!r}"
             )
-        if not 1 <= self.n_best <= self.beam_size:
+        if not _is_int(self.n_best) or not 1 <= self.n_best <= self.beam_size:
             raise ValueError(
-                f"n_best: expected 1 <= n_best <= beam_size={self.beam_size}, got {self.n_best}"
+                f"n_best: expected 1 <= n_best <= beam_size={self.beam_size}, got {self.n_best!r}"
             )
+        for name in ("bos_id", "eos_id"):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or value < 0):
+                raise ValueError(f"{name}: expected None or an id >= 0, got {value!r}")
 
     @property
     def length_penalty(self) -> LengthPenalty:
         return LengthPenalty(self.lenpen_style, self.lenpen)
+
+    @property
+    def bos(self) -> int:
+        """The bos id in use: ``bos_id``, or attnkit's tokenizer's when None."""
+        return DEFAULT_BOS_ID if self.bos_id is None else self.bos_id
+
+    @property
+    def eos(self) -> int:
+        """The eos id in use: ``eos_id``, or attnkit's tokenizer's when None."""
+        return DEFAULT_EOS_ID if self.eos_id is None else self.eos_id
+
+    def with_ids(self, tokenizer) -> DecodingConfig:
+        """This config with the bos and eos ids of ``tokenizer``.
+
+        Raises:
+            ValueError: if the config names other ids than the tokenizer's.
+        """
+        for name in ("bos_id", "eos_id"):
+            mine, theirs = getattr(self, name), getattr(tokenizer, name)
+            if mine is not None and mine != theirs:
+                raise ValueError(
+                    f"{name}: the config says {mine} but the tokenizer's is {theirs}; leave "
+                    f"{name} unset to use the tokenizer's"
+                )
+        return replace(self, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id)
 
 
 @dataclass(frozen=True)
@@ -168,7 +245,7 @@ def prefill(model, src: Tensor, *, num_positions: int, use_cache: bool, bos_id: 
     Returns:
         A :class:`DecoderState` with B rows.
     """
-    memory, src_mask = model.encode(src)  # (B, S, D), (B, 1, S)
+    memory, src_mask, _ = model.encode(src)  # (B, S, D), (B, 1, S)
     caches = model.init_cache(memory.shape[0], num_positions, memory) if use_cache else None
     tokens = torch.full(
         (memory.shape[0], num_positions), model.config.pad_id, dtype=torch.long,
@@ -191,7 +268,7 @@ def decode_one_token(model, state: DecoderState, step: int) -> Tensor:
         prefix = state.tokens[:, : step + 1]  # (N, step + 1)
         memory = state.memory.repeat_interleave(group, dim=0)  # (N, S, D)
         src_mask = state.src_mask.repeat_interleave(group, dim=0)  # (N, 1, S)
-        full = model.decode(prefix, memory, src_mask)[:, -1]  # (N, V)
+        full = model.decode(prefix, memory, src_mask).output[:, -1]  # (N, V)
 
         def logits(rows: slice) -> Tensor:
             return full[rows]
@@ -201,7 +278,7 @@ def decode_one_token(model, state: DecoderState, step: int) -> Tensor:
         new = state.tokens[:, step : step + 1]  # (N, 1)
         hidden = model.decode(
             new, state.memory, state.src_mask, caches=state.caches, offset=step, project=False
-        )[:, -1]  # (N, D)
+        ).output[:, -1]  # (N, D)
 
         def logits(rows: slice) -> Tensor:
             return model.output(hidden[rows])  # (rows, V)
@@ -228,9 +305,11 @@ def max_lengths(src: Tensor, config: DecodingConfig, model_max_len: int, pad_id:
     Returns:
         (B,) int64 on ``src``'s device.
     """
-    src_len = ((src != pad_id) & (src != config.eos_id)).sum(dim=1)  # (B,)
-    limit = torch.floor(src_len.double() * config.max_len_a + config.max_len_b).long()
-    return limit.clamp(min=config.min_len).clamp(max=model_max_len - 1)
+    src_len = ((src != pad_id) & (src != config.eos)).sum(dim=1)  # (B,)
+    # Clamped in float64 before the cast: a huge a or b must give the model's limit, not an
+    # int64 overflow.
+    limit = torch.floor(src_len.double() * config.max_len_a + config.max_len_b)
+    return limit.clamp(min=config.min_len).clamp(max=model_max_len - 1).long()
 
 
 def _constrain(
@@ -238,10 +317,10 @@ def _constrain(
 ) -> Tensor:
     """In place: forbid pad and bos, eos before ``min_len``, and every token but eos in the
     rows whose limit is this step (``row_max == step``; None when no row is at its limit)."""
-    eos = config.eos_id
+    eos = config.eos
     eos_lprobs = lprobs[:, eos].clone() if row_max is not None else None  # (N,)
     lprobs[:, pad_id] = float("-inf")
-    lprobs[:, config.bos_id] = float("-inf")
+    lprobs[:, config.bos] = float("-inf")
     if step < config.min_len:
         lprobs[:, eos] = float("-inf")
     if row_max is not None:
@@ -251,7 +330,7 @@ def _constrain(
     return lprobs
 
 
-def _check_inputs(model, src: Tensor) -> None:
+def _check_inputs(model, src: Tensor, config: DecodingConfig) -> None:
     if src.dim() != 2 or src.shape[0] == 0 or src.dtype != torch.long:
         raise ValueError(
             f"src: expected a non-empty (B, S) int64 tensor, got shape {tuple(src.shape)} "
@@ -261,6 +340,113 @@ def _check_inputs(model, src: Tensor) -> None:
         raise ValueError(
             f"src: {src.shape[1]} positions exceed the model's max_len={model.config.max_len}"
         )
+    vocab = model.config.tgt_vocab_size
+    for name, value in (("bos_id", config.bos), ("eos_id", config.eos)):
+        if value >= vocab:
+            raise ValueError(
+                f"{name}: {value} is not in the model's target vocabulary of {vocab} ids"
+            )
+
+
+# --------------------------------------------------------------------------- memory bound
+
+
+def decoding_memory(
+    model, *, sentences: int, beam_size: int, num_positions: int, src_len: int, use_cache: bool
+) -> int:
+    """Bytes that decoding ``sentences`` sentences at once allocates, estimated from the sizes.
+
+    Counted: the self-attention caches (``sentences x beam`` rows of ``num_positions``
+    keys and values per decoder layer), the cross-attention caches, the (rows, V) float32
+    log-probabilities, the token buffer and, without the cache, the (rows, positions, V)
+    logits of a full recomputation. One more self-attention buffer is counted for the copy
+    a beam reorder makes. Activations of a single step are small next to these.
+    """
+    c = model.config
+    rows = sentences * beam_size
+    elem = next(model.parameters()).element_size()
+    d = c.d_model
+    layers = c.num_decoder_layers
+    total = rows * c.tgt_vocab_size * 4 + rows * num_positions * 8  # lprobs, tokens
+    if use_cache:
+        self_kv = layers * 2 * rows * num_positions * d * elem
+        cross_kv = layers * 2 * sentences * src_len * d * elem
+        total += self_kv + cross_kv + self_kv // (2 * layers)
+    else:
+        total += rows * num_positions * (c.tgt_vocab_size * elem + 4 * layers * d * elem)
+    return total
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes that a new allocation on ``device`` can still get, or None if unknown.
+
+    CPU: the smaller of Linux's ``MemAvailable`` and the cgroup's ``memory.max`` less its
+    ``memory.current`` plus its reclaimable ``inactive_file`` (a container's limit, which the
+    kernel enforces by killing). CUDA:
+    ``torch.cuda.mem_get_info``. Other devices: unknown (not checked).
+    """
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    if device.type != "cpu":
+        return None
+    found = []
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit != "max":
+            with open("/sys/fs/cgroup/memory.current") as f:
+                current = int(f.read().strip())
+            # The cgroup counts page cache too; its inactive part is reclaimed before a kill.
+            with open("/sys/fs/cgroup/memory.stat") as f:
+                stat = dict(line.split() for line in f if line.count(" ") == 1)
+            reclaimable = int(stat.get("inactive_file", 0))
+            found.append(max(int(limit) - current + reclaimable, 0))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def check_decoding_memory(
+    model, src: Tensor, config: DecodingConfig, num_positions: int, *, available: int | None
+) -> None:
+    """Raise before allocating if decoding ``src`` with ``config`` cannot fit in memory.
+
+    Args:
+        available: bytes free on the device (:func:`available_memory`); None skips the check.
+
+    Raises:
+        ValueError: naming the estimate, the memory available and the largest beam that fits.
+    """
+    if available is None:
+        return
+    sizes = dict(num_positions=num_positions, src_len=src.shape[1], use_cache=config.use_cache)
+    need = decoding_memory(model, sentences=src.shape[0], beam_size=config.beam_size, **sizes)
+    if need <= available:
+        return
+    one = decoding_memory(model, sentences=src.shape[0], beam_size=1, **sizes)
+    fits = max(0, int(config.beam_size * available / need)) if one <= available else 0
+    raise ValueError(
+        f"beam_size: decoding {src.shape[0]} sentence(s) with beam_size={config.beam_size} "
+        f"and up to {num_positions} positions needs about {_gib(need)} (decoder caches and "
+        f"scores), more than the {_gib(available)} of memory available on {src.device}; "
+        + (
+            f"use a beam of at most {fits} or fewer sentences per batch"
+            if fits >= 1
+            else "decode fewer sentences per batch or shorter outputs (max_len_a, max_len_b)"
+        )
+    )
 
 
 # --------------------------------------------------------------------------- searches
@@ -277,13 +463,17 @@ def greedy_search(model, src: Tensor, config: DecodingConfig) -> list[list[Hypot
     Returns:
         One list with one :class:`Hypothesis` per sentence, in input order.
     """
-    _check_inputs(model, src)
-    pad, eos = model.config.pad_id, config.eos_id
+    _check_inputs(model, src, config)
+    pad, eos = model.config.pad_id, config.eos
     penalty = config.length_penalty
     limits = max_lengths(src, config, model.config.max_len, pad)  # (B,)
     max_steps = int(limits.max())
+    check_decoding_memory(
+        model, src, replace(config, beam_size=1, n_best=1), max_steps + 1,
+        available=available_memory(src.device),
+    )  # fmt: skip
     state = prefill(
-        model, src, num_positions=max_steps + 1, use_cache=config.use_cache, bos_id=config.bos_id
+        model, src, num_positions=max_steps + 1, use_cache=config.use_cache, bos_id=config.bos
     )
     limit_steps = set(limits.tolist())  # steps at which some sentence must end
     sent = list(range(src.shape[0]))  # original sentence of each row
@@ -325,14 +515,15 @@ def beam_search(model, src: Tensor, config: DecodingConfig) -> list[list[Hypothe
     Returns:
         For every sentence, its ``n_best`` hypotheses, best first.
     """
-    _check_inputs(model, src)
-    k, pad, eos = config.beam_size, model.config.pad_id, config.eos_id
+    _check_inputs(model, src, config)
+    k, pad, eos = config.beam_size, model.config.pad_id, config.eos
     search, penalty = BeamSearch(k), config.length_penalty
     device = src.device
     limits = max_lengths(src, config, model.config.max_len, pad)  # (b,) for live sentences
     max_steps = int(limits.max())
+    check_decoding_memory(model, src, config, max_steps + 1, available=available_memory(src.device))
     state = prefill(
-        model, src, num_positions=max_steps + 1, use_cache=config.use_cache, bos_id=config.bos_id
+        model, src, num_positions=max_steps + 1, use_cache=config.use_cache, bos_id=config.bos
     )
     limit_steps = set(limits.tolist())  # steps at which some sentence must end
     sent = list(range(src.shape[0]))  # original index of each live sentence
@@ -415,10 +606,17 @@ def generate(model, src: Tensor, config: DecodingConfig | None = None) -> list[l
     Args:
         model: a :class:`~attnkit.models.Transformer`.
         src: (B, S) source ids, each ``tokens + [eos]``, right-padded with the model's pad id.
-        config: a :class:`DecodingConfig` (default: beam 5).
+        config: a :class:`DecodingConfig` (default: beam 5). Its ``bos_id`` / ``eos_id``
+            default to attnkit's tokenizer's; :class:`~attnkit.decoding.Translator` sets them
+            from its tokenizer.
 
     Returns:
         For every sentence, its best hypotheses (``config.n_best``), best first.
+
+    Raises:
+        ValueError: for a malformed ``src``, special ids outside the target vocabulary, or a
+            search whose caches and scores would not fit in the memory free on ``src``'s
+            device (:func:`check_decoding_memory`, checked before anything is allocated).
     """
     config = DecodingConfig() if config is None else config
     was_training = model.training

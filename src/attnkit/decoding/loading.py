@@ -1,36 +1,36 @@
 """Translation model folders: ``config.json`` + ``model.safetensors`` + ``tokenizer.json``.
 
 The folder layout is the one the trainer writes and the package ships in
-``attnkit/pretrained/multi30k_de_en/``:
+``attnkit/pretrained/multi30k_de_en/`` (files, errors and atomic writes:
+:mod:`attnkit.model_folder`):
 
 * ``config.json``: the :class:`~attnkit.models.TransformerConfig` fields, either under a
   ``"model"`` key (other top-level keys, such as training settings, are then ignored) or at
   the top level (keys that are not config fields are ignored there);
 * ``model.safetensors``: the state dict, in any floating dtype (the shipped model is bfloat16);
-  tied weights may be stored once (``safetensors.torch.save_model`` drops the aliases);
+  tied weights are stored once;
 * ``tokenizer.json``: a :class:`~attnkit.data.SubwordTokenizer`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
+import shutil
+from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
 import attnkit
+from attnkit import model_folder as mf
 from attnkit.data.tokenizer import SubwordTokenizer
 from attnkit.models.transformer import Transformer, TransformerConfig
 
 logger = logging.getLogger(__name__)
 
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
-TOKENIZER_FILE = "tokenizer.json"
 SHIPPED_MODEL = "multi30k_de_en"
 
 
@@ -58,79 +58,66 @@ def resolve_model_dir(path: str | os.PathLike[str] | None) -> Path:
     if path is not None:
         return Path(path)
     folder = shipped_model_dir()
-    if not (folder / WEIGHTS_FILE).is_file():
+    if not (folder / mf.WEIGHTS_FILE).is_file():
         raise FileNotFoundError(
             f"no model given and the shipped model is not installed (looked in {folder}); "
-            f"pass --model DIR, a folder with {CONFIG_FILE}, {WEIGHTS_FILE} and "
-            f"{TOKENIZER_FILE}, or train one (see the training section of the README)"
+            f"pass --model DIR, a folder with {mf.CONFIG_FILE}, {mf.WEIGHTS_FILE} and "
+            f"{mf.TOKENIZER_FILE}, or train one (see the training section of the README)"
         )
     return folder
 
 
-def read_config(path: str | os.PathLike[str]) -> TransformerConfig:
-    """The :class:`TransformerConfig` of a ``config.json`` (see the module docstring)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"{path}: missing; expected the model's {CONFIG_FILE}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: not a valid JSON file ({err})") from err
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    if "model" in data:
-        fields_ = data["model"]
-        if not isinstance(fields_, dict):
-            raise ValueError(f"{path}: expected \"model\" to be an object of TransformerConfig fields")
+def model_config_from(raw: Mapping[str, Any], path: Path) -> TransformerConfig:
+    """The :class:`TransformerConfig` in a ``config.json`` dict (module docstring); ``path``
+    names the file in errors."""
+    if "model" in raw:
+        fields_ = raw["model"]
+        if not isinstance(fields_, Mapping):
+            raise ValueError(
+                f"{path}: \"model\": expected an object of TransformerConfig fields, got "
+                f"{type(fields_).__name__}"
+            )
     else:
         known = {f.name for f in fields(TransformerConfig)}
-        fields_ = {key: value for key, value in data.items() if key in known}
+        fields_ = {key: value for key, value in raw.items() if key in known}
         if not fields_:
             raise ValueError(
                 f"{path}: no TransformerConfig fields found, expected them at the top level or "
-                f"under a \"model\" key; got keys {sorted(data)}"
+                f"under a \"model\" key; got keys {sorted(raw)}"
             )
-        ignored = sorted(set(data) - known)
+        ignored = sorted(set(raw) - known)
         if ignored:
             logger.debug("%s: ignoring keys that are not TransformerConfig fields: %s", path, ignored)
     try:
-        return TransformerConfig.from_dict(fields_)
+        return TransformerConfig.from_dict(dict(fields_))
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{path}: bad model config: {err}") from err
+        raise ValueError(f"{path}: bad model config: {err}") from None
 
 
-def _read_weights(path: Path) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+def read_model_config(folder: str | os.PathLike[str]) -> TransformerConfig:
+    """The :class:`TransformerConfig` of a translation folder's ``config.json``.
 
+    Raises:
+        ValueError: If the file is missing or unreadable, describes another kind of model
+            (a Hugging Face BERT folder), or a field is of the wrong type or out of range.
+    """
+    folder = Path(folder)
+    raw = mf.read_config(folder)
+    mf.expect_kind(folder, raw, "translation", allow_unknown=True)  # fields at the top level
+    return model_config_from(raw, folder / mf.CONFIG_FILE)
+
+
+def load_tokenizer(folder: str | os.PathLike[str]) -> SubwordTokenizer:
+    """The :class:`SubwordTokenizer` in ``folder/tokenizer.json``, with errors naming it."""
+    path = Path(folder) / mf.TOKENIZER_FILE
+    if path.is_dir():
+        raise ValueError(f"{path}: a folder, expected the model's {mf.TOKENIZER_FILE}")
     if not path.is_file():
-        raise ValueError(f"{path}: missing; expected the model's {WEIGHTS_FILE}")
+        raise mf.MissingFileError(f"{path}: missing; expected the model's {mf.TOKENIZER_FILE}")
     try:
-        return load_file(path)
-    except (SafetensorError, OSError, RuntimeError, ValueError) as err:
-        raise ValueError(f"{path}: not a readable safetensors file ({err})") from err
-
-
-def _fill_tied(model: Transformer, state: dict[str, torch.Tensor], path: Path) -> dict:
-    """Give every alias of a tied parameter the tensor stored under one of its names."""
-    groups: dict[int, list[str]] = {}
-    for name, tensor in model.state_dict(keep_vars=True).items():
-        groups.setdefault(id(tensor), []).append(name)
-    state = dict(state)
-    for names in groups.values():
-        present = [n for n in names if n in state]
-        if not present or len(names) == 1:
-            continue
-        first = state[present[0]]
-        for other in present[1:]:
-            if state[other].shape != first.shape or not torch.equal(state[other], first):
-                raise ValueError(
-                    f"{path}: {present[0]!r} and {other!r} are tied in the model but differ "
-                    "in the file"
-                )
-        for name in names:
-            state.setdefault(name, first)
-    return state
+        return SubwordTokenizer.load(path)
+    except Exception as err:  # tokenizers raises plain Exception on malformed JSON
+        raise ValueError(f"{path}: not a readable tokenizer ({err})") from None
 
 
 def load_translation_model(
@@ -159,33 +146,38 @@ def load_translation_model(
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise ValueError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
     folder = resolve_model_dir(path)
-    if not folder.is_dir():
-        raise ValueError(f"{folder}: not a folder; expected a model folder with {CONFIG_FILE}, "
-                         f"{WEIGHTS_FILE} and {TOKENIZER_FILE}")
-    config = read_config(folder / CONFIG_FILE)
-    tokenizer_path = folder / TOKENIZER_FILE
-    if not tokenizer_path.is_file():
-        raise ValueError(f"{tokenizer_path}: missing; expected the model's {TOKENIZER_FILE}")
-    try:
-        tokenizer = SubwordTokenizer.load(tokenizer_path)
-    except Exception as err:  # tokenizers raises plain Exception on malformed JSON
-        raise ValueError(f"{tokenizer_path}: not a readable tokenizer ({err})") from err
+    config = read_model_config(folder)
+    tokenizer = load_tokenizer(folder)
     if tokenizer.vocab_size > config.tgt_vocab_size:
         raise ValueError(
-            f"{tokenizer_path}: {tokenizer.vocab_size} tokens, more than the model's "
-            f"tgt_vocab_size={config.tgt_vocab_size} in {folder / CONFIG_FILE}"
+            f"{folder / mf.TOKENIZER_FILE}: {tokenizer.vocab_size} tokens, more than the model's "
+            f"tgt_vocab_size={config.tgt_vocab_size} in {folder / mf.CONFIG_FILE}"
         )
-
-    weights_path = folder / WEIGHTS_FILE
-    state = _read_weights(weights_path)
+    state = mf.read_weights(folder)
     model = Transformer(config)
-    state = _fill_tied(model, state, weights_path)
-    try:
-        model.load_state_dict(state, strict=True)  # copy_ casts e.g. bfloat16 -> float32
-    except RuntimeError as err:
-        raise ValueError(f"{weights_path}: does not match {folder / CONFIG_FILE}: {err}") from err
+    mf.load_state_dict_into(
+        model,
+        state,
+        source=folder / mf.WEIGHTS_FILE,
+        against=os.fspath(folder / mf.CONFIG_FILE),
+    )
     model.to(device=device, dtype=dtype).eval()
     return TranslationModel(model, tokenizer, folder)
+
+
+def write_translation_files(
+    folder: Path,
+    model: Transformer,
+    tokenizer: SubwordTokenizer,
+    config: Mapping[str, Any],
+    *,
+    dtype: torch.dtype | None = None,
+) -> None:
+    """Writes weights, ``config`` and tokenizer into ``folder`` (a temporary folder of
+    :func:`attnkit.model_folder.atomic_folder`)."""
+    mf.write_weights(folder / mf.WEIGHTS_FILE, model, dtype=dtype)
+    mf.write_json(folder / mf.CONFIG_FILE, config)
+    tokenizer.save(folder / mf.TOKENIZER_FILE)
 
 
 def save_translation_model(
@@ -195,30 +187,29 @@ def save_translation_model(
     *,
     dtype: torch.dtype | None = None,
     extra_config: dict | None = None,
+    extra_files: Mapping[str, str | os.PathLike[str]] | None = None,
 ) -> Path:
-    """Write a folder that :func:`load_translation_model` reads.
+    """Write a folder that :func:`load_translation_model` reads, atomically.
+
+    An existing ``path`` is replaced only if attnkit wrote it
+    (:func:`attnkit.model_folder.check_replaceable`).
 
     Args:
-        path: the folder (created if needed).
+        path: the folder (its parents are created if needed).
         model: the model; tied weights are written once.
         tokenizer: its tokenizer.
         dtype: cast the weights on the way out (e.g. bfloat16 to halve the file).
         extra_config: more top-level ``config.json`` keys (e.g. training settings).
+        extra_files: name in the folder -> file to copy there (names of
+            :data:`attnkit.model_folder.FOLDER_FILES`, e.g. ``train.log``).
 
     Returns:
         The folder.
     """
-    from safetensors.torch import save_model
-
     folder = Path(path)
-    folder.mkdir(parents=True, exist_ok=True)
     config = {"model": model.config.to_dict(), **(extra_config or {})}
-    (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    tokenizer.save(folder / TOKENIZER_FILE)
-    if dtype is None:
-        save_model(model, os.fspath(folder / WEIGHTS_FILE))
-    else:
-        copy = Transformer(model.config)
-        copy.load_state_dict(model.state_dict())
-        save_model(copy.to(dtype), os.fspath(folder / WEIGHTS_FILE))
+    with mf.atomic_folder(folder) as tmp:
+        write_translation_files(tmp, model, tokenizer, config, dtype=dtype)
+        for name, source in (extra_files or {}).items():
+            shutil.copyfile(source, tmp / name)
     return folder

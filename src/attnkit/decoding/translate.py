@@ -1,7 +1,13 @@
-"""Text in, text out: tokenization, batching by tokens, decoding, detokenization.
+"""Text in, text out: normalisation, tokenization, batching by tokens, decoding, detokenization.
+
+Every line is first normalised (:func:`normalize_source`): a byte-order mark is dropped,
+control characters (NUL included) become spaces, runs of white space become one space and the
+ends are stripped. A line that is then empty gives an empty translation without running the
+model, so the output has one line per input line.
 
 Sentences are sorted by length so that a batch holds sentences of similar length (little
-padding, similar output lengths), batched under a token budget, decoded with
+padding, similar output lengths), batched under a token budget, split further when the
+decoder's caches would not fit in the memory available, decoded with
 :func:`~attnkit.decoding.generate.generate`, and put back in input order. Since decoding is
 batch-size invariant, the batching changes the speed, not the output.
 """
@@ -14,9 +20,32 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnkit.decoding.generate import DecodingConfig, generate
+from attnkit.decoding.generate import (
+    DecodingConfig,
+    available_memory,
+    decoding_memory,
+    generate,
+    max_lengths,
+)
 
 logger = logging.getLogger(__name__)
+
+
+# Control characters (C0, DEL, C1) become spaces; the byte-order mark / zero-width no-break
+# space disappears. White space among them (tab, line feed, ...) is collapsed afterwards.
+_CLEAN = {c: " " for c in (*range(0x00, 0x20), *range(0x7F, 0xA0))} | {0xFEFF: None}
+
+
+def normalize_source(line: str) -> str:
+    """A source line as the model should see it.
+
+    Drops every U+FEFF (byte-order mark), turns control characters (U+0000-U+001F,
+    U+007F-U+009F, NUL included) into spaces, collapses runs of white space (as
+    :meth:`str.split` knows it: tab, no-break space, the Unicode spaces and line separators)
+    into one space, and strips both ends. Letters, punctuation and other characters are kept
+    as they are (no Unicode normalisation).
+    """
+    return " ".join(line.translate(_CLEAN).split())
 
 
 @dataclass
@@ -24,7 +53,8 @@ class TranslationOutput:
     """Translations in input order, and which inputs were cut to fit the model.
 
     Attributes:
-        translations: one string per input line ("" for an empty line).
+        translations: one string per input line ("" for a line that is empty after
+            :func:`normalize_source`).
         truncated: 0-based indices of the inputs longer than the model allows.
         max_src_tokens: the source token limit those inputs were cut to.
     """
@@ -64,19 +94,26 @@ class Translator:
 
     Args:
         model: a :class:`~attnkit.models.Transformer` (put in eval mode).
-        tokenizer: its :class:`~attnkit.data.SubwordTokenizer`.
-        config: decoding settings (default: beam 5).
-        batch_tokens: padded source tokens per batch (sentences x longest source).
+        tokenizer: its :class:`~attnkit.data.SubwordTokenizer`; bos and eos ids come from it.
+        config: decoding settings (default: beam 5); its ``bos_id`` / ``eos_id``, if set, must
+            be the tokenizer's.
+        batch_tokens: padded source tokens per batch (sentences x longest source); a batch is
+            split further when its decoder caches would take more than half the free memory.
     """
 
     def __init__(
         self, model, tokenizer, config: DecodingConfig | None = None, *, batch_tokens: int = 4000
     ) -> None:
-        if batch_tokens < 1:
-            raise ValueError(f"batch_tokens: expected >= 1, got {batch_tokens}")
+        if isinstance(batch_tokens, bool) or not isinstance(batch_tokens, int) or batch_tokens < 1:
+            raise ValueError(f"batch_tokens: expected an integer >= 1, got {batch_tokens!r}")
+        pad = getattr(tokenizer, "pad_id", model.config.pad_id)
+        if pad != model.config.pad_id:
+            raise ValueError(
+                f"tokenizer: its pad id {pad} is not the model's pad_id={model.config.pad_id}"
+            )
         self.model = model.eval()
         self.tokenizer = tokenizer
-        self.config = DecodingConfig() if config is None else config
+        self.config = (DecodingConfig() if config is None else config).with_ids(tokenizer)
         self.batch_tokens = batch_tokens
         self.device = next(model.parameters()).device
 
@@ -97,28 +134,56 @@ class Translator:
             encoded.append([*ids, eos])
         return encoded, truncated
 
+    def _pad(self, batch: list[int], sources: Sequence[list[int]]) -> torch.Tensor:
+        width = max(len(sources[i]) for i in batch)
+        src = torch.full((len(batch), width), self.model.config.pad_id, dtype=torch.long)
+        for row, i in enumerate(batch):  # src: (B, S)
+            src[row, : len(sources[i])] = torch.tensor(sources[i], dtype=torch.long)
+        return src
+
+    def _memory_batches(self, src: torch.Tensor) -> list[slice]:
+        """Split the rows of ``src`` (B, S) so that each part's decoder caches take at most half
+        the free memory (the rest is for the model and the activations). A sentence that does
+        not fit alone is left to :func:`generate` to report."""
+        available = available_memory(self.device)
+        if available is None:
+            return [slice(0, src.shape[0])]
+        c = self.model.config
+        positions = int(max_lengths(src, self.config, c.max_len, c.pad_id).max()) + 1
+        one = decoding_memory(
+            self.model, sentences=1, beam_size=self.config.beam_size, num_positions=positions,
+            src_len=src.shape[1], use_cache=self.config.use_cache,
+        )  # fmt: skip
+        rows = max(1, available // 2 // one)
+        return [slice(start, start + rows) for start in range(0, src.shape[0], rows)]
+
     def translate_ids(self, sources: Sequence[list[int]]) -> list[list[int]]:
         """Best output ids per source (each eos-terminated, as :meth:`encode` makes them)."""
         outputs: list[list[int]] = [[] for _ in sources]
-        pad = self.model.config.pad_id
         for batch in token_batches([len(s) for s in sources], self.batch_tokens):
-            width = max(len(sources[i]) for i in batch)
-            src = torch.full((len(batch), width), pad, dtype=torch.long)  # (B, S)
-            for row, i in enumerate(batch):
-                src[row, : len(sources[i])] = torch.tensor(sources[i], dtype=torch.long)
-            hyps = generate(self.model, src.to(self.device), self.config)
-            for i, best in zip(batch, hyps, strict=True):
-                outputs[i] = best[0].tokens
+            src = self._pad(batch, sources)  # (B, S)
+            for part in self._memory_batches(src):
+                hyps = generate(self.model, src[part].to(self.device), self.config)
+                for i, best in zip(batch[part], hyps, strict=True):
+                    outputs[i] = best[0].tokens
         return outputs
 
     def translate(self, lines: Sequence[str]) -> TranslationOutput:
-        """Translate ``lines`` (one sentence each) in order; an empty line gives "".
+        """Translate ``lines`` (one sentence each) in order.
 
-        Lines longer than the model allows are cut to their first :attr:`max_src_tokens`
-        tokens; their indices are reported (and logged at debug level), never raised.
+        Each line goes through :func:`normalize_source` first; a line that is then empty
+        gives "" and is not decoded. Lines longer than the model allows are cut to their
+        first :attr:`max_src_tokens` tokens; their indices are reported (and logged at debug
+        level), never raised.
         """
-        nonempty = [i for i, line in enumerate(lines) if line != ""]
-        sources, cut = self.encode([lines[i] for i in nonempty])
+        if isinstance(lines, str):
+            raise TypeError("lines: expected a sequence of strings (one per line), got a str")
+        for i, line in enumerate(lines):
+            if not isinstance(line, str):
+                raise TypeError(f"lines[{i}]: expected a str, got {type(line).__name__}")
+        clean = [normalize_source(line) for line in lines]
+        nonempty = [i for i, line in enumerate(clean) if line]
+        sources, cut = self.encode([clean[i] for i in nonempty])
         truncated = [nonempty[j] for j in cut]
         for i in truncated:
             logger.debug("line %d: longer than %d tokens, truncated", i + 1, self.max_src_tokens)

@@ -77,9 +77,20 @@ class PairedBootstrap:
     system_ci: ConfidenceInterval
 
 
-def _check_samples(n_samples: int) -> None:
+MAX_RESAMPLED_LINES = 1 << 27
+"""The most line indices one bootstrap draws (n_samples x lines): 1 GiB of int64 indices plus
+the (n_samples, 2 + 2N) sums. More is refused with a message rather than left to the kernel."""
+
+
+def _check_samples(n_samples: int, lines: int = 0) -> None:
     if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
         raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}")
+    if n_samples * lines > MAX_RESAMPLED_LINES:
+        raise ValueError(
+            f"n_samples: {n_samples} resamples of {lines} lines draw {n_samples * lines:,} "
+            f"indices, more than the {MAX_RESAMPLED_LINES:,} allowed (1 GiB); expected at most "
+            f"{max(1, MAX_RESAMPLED_LINES // max(lines, 1)):,} resamples"
+        )
 
 
 def _resampled_scores(stats: BLEUStatistics, idxs: Any, **smoothing: Any) -> list[float]:
@@ -137,7 +148,7 @@ def bootstrap_ci(
     """
     import numpy as np
 
-    _check_samples(n_samples)
+    _check_samples(n_samples, len(stats))
     if not stats.segments:
         return ConfidenceInterval(0.0, 0.0, 0.0, 0.0, n_samples, seed)
     rng = np.random.default_rng(seed)
@@ -214,7 +225,7 @@ def paired_bootstrap(
     """
     import numpy as np
 
-    _check_samples(n_samples)
+    _check_samples(n_samples, len(system))
     if baseline.settings != system.settings:
         raise ValueError(
             "baseline and system statistics have different (max_ngram_order, tokenize, "

@@ -141,7 +141,8 @@ def _segment_row(hyp: list[str], refs: list[list[str]], max_order: int) -> Row:
 
     ``c_n`` is a multiset intersection. Most hypotheses repeat no n-gram of a given order,
     and then ``c_n`` is the size of a set intersection, computed in C; only repeated n-grams
-    need their counts compared.
+    need their counts compared, from a :class:`~collections.Counter` per side (as sacreBLEU
+    does), so the work stays linear in the length of the segment.
     """
     hyp_len = len(hyp)
     ref_len = len(refs[0]) if len(refs) == 1 else _closest_length(hyp_len, [len(r) for r in refs])
@@ -160,11 +161,11 @@ def _segment_row(hyp: list[str], refs: list[list[str]], max_order: int) -> Row:
         if len(grams) < count and matched:
             # Repeated hypothesis n-grams: each matches up to its largest reference count.
             hyp_counts = Counter(_grams(hyp_shifts, n))
-            ref_grams = [list(_grams(s, n)) for s in ref_shifts]
+            ref_counts = [Counter(_grams(s, n)) for s in ref_shifts]
             for gram in common:
                 c = hyp_counts[gram]
                 if c > 1:
-                    matched += min(c, max(r.count(gram) for r in ref_grams)) - 1
+                    matched += min(c, max(r[gram] for r in ref_counts)) - 1
         correct[n - 1] = matched
     return (hyp_len, ref_len, *correct, *total)
 

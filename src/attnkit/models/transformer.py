@@ -10,10 +10,24 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.attention import padding_mask
+from attnkit.models import config_checks as checks
 from attnkit.modules.decoder import Decoder
 from attnkit.modules.encoder import Encoder
 from attnkit.modules.kv_cache import KVCache
+from attnkit.modules.outputs import DecodeOutput, EncodeOutput
 from attnkit.modules.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+
+# Integer sizes of TransformerConfig: each from 1 to config_checks.MAX_SIZE.
+SIZE_FIELDS = (
+    "src_vocab_size",
+    "tgt_vocab_size",
+    "d_model",
+    "num_heads",
+    "num_encoder_layers",
+    "num_decoder_layers",
+    "d_ff",
+    "max_len",
+)
 
 
 @dataclass
@@ -40,10 +54,26 @@ class TransformerConfig:
     pad_id: int = 0
 
     def __post_init__(self) -> None:
-        if self.positional not in ("sinusoidal", "learned"):
-            raise ValueError(
-                f"positional: expected 'sinusoidal' or 'learned', got {self.positional!r}"
-            )
+        """Checks every field's type and range (:mod:`attnkit.models.config_checks`)."""
+        for name in SIZE_FIELDS:
+            checks.check_size(name, getattr(self, name))
+        for name in ("dropout", "attn_dropout", "ffn_dropout"):
+            checks.check_probability(name, getattr(self, name), allow_none=name == "ffn_dropout")
+        checks.check_number("layer_norm_eps", self.layer_norm_eps, low=0.0, high=1.0, low_open=True)
+        checks.check_choice("activation", self.activation, ("relu", "gelu"))
+        checks.check_choice("positional", self.positional, ("sinusoidal", "learned"))
+        for name in ("norm_first", "share_embeddings", "tie_output"):
+            checks.check_bool(name, getattr(self, name))
+        vocab = min(self.src_vocab_size, self.tgt_vocab_size)
+        checks.check_size("pad_id", self.pad_id, minimum=0, maximum=vocab - 1)
+        checks.check_divisible("d_model", self.d_model, "num_heads", self.num_heads)
+        d, tables = self.d_model, self.src_vocab_size + self.max_len
+        tables += 0 if self.share_embeddings else self.tgt_vocab_size
+        tables += 0 if self.tie_output else self.tgt_vocab_size
+        per_layer = 4 * d * d + 2 * d * self.d_ff  # attention projections + feed-forward
+        count = tables * d + per_layer * self.num_encoder_layers
+        count += (per_layer + 4 * d * d) * self.num_decoder_layers  # + cross-attention
+        checks.check_parameters("TransformerConfig", count, f"d_model={d}, d_ff={self.d_ff}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 "share_embeddings needs one vocabulary, got src_vocab_size="
@@ -115,22 +145,21 @@ class Transformer(nn.Module):
         x = embedding(ids) * math.sqrt(self.config.d_model)  # (B, T, d_model)
         return self.embed_dropout(self.positions(x, offset))
 
-    def encode(self, src: Tensor, *, return_weights: bool = False):
+    def encode(self, src: Tensor, *, return_weights: bool = False) -> EncodeOutput:
         """Encode source ids (B, S).
 
         Returns:
-            ``(memory, src_mask)``: memory (B, S, d_model) and the source key mask (B, 1, S)
-            (True = real token); with ``return_weights``, also the per-layer weights list.
+            ``EncodeOutput(memory, src_mask, weights)``: memory (B, S, d_model), the source key
+            mask (B, 1, S) (True = real token), and the per-layer weights list with
+            ``return_weights`` (else None).
         """
         if src.dim() != 2:
             raise ValueError(f"src: expected token ids of shape (B, S), got {tuple(src.shape)}")
         src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, S)
-        out = self.encoder(
+        memory, weights = self.encoder(
             self._embed(self.src_embed, src), src_mask, return_weights=return_weights
         )
-        if return_weights:
-            return out[0], src_mask, out[1]
-        return out, src_mask
+        return EncodeOutput(memory, src_mask, weights)
 
     def decode(
         self,
@@ -142,25 +171,28 @@ class Transformer(nn.Module):
         offset: int = 0,
         return_weights: bool = False,
         project: bool = True,
-    ):
+    ) -> DecodeOutput:
         """Target ids (B, T) -> logits (B, T, tgt_vocab).
 
         With ``caches`` (from :meth:`init_cache`), ``tgt`` holds only the new positions starting
         at ``offset``; earlier keys and values come from the cache. ``memory`` may have fewer
         rows than ``tgt`` when the hypotheses of one sentence are consecutive rows (beam
-        search): each memory row serves ``B / B_mem`` target rows. With ``project=False`` the
-        result is the decoder's hidden states (B, T, d_model), before the output layer.
+        search): each memory row serves ``B / B_mem`` target rows.
+
+        Returns:
+            ``DecodeOutput(output, self_weights, cross_weights)``: output the logits
+            (B, T, tgt_vocab), or with ``project=False`` the decoder's hidden states
+            (B, T, d_model) before the output layer; per-layer weights lists with
+            ``return_weights`` (else None).
         """
         if tgt.dim() != 2:
             raise ValueError(f"tgt: expected token ids of shape (B, T), got {tuple(tgt.shape)}")
         x = self._embed(self.tgt_embed, tgt, offset)
-        out = self.decoder(
+        hidden, self_weights, cross_weights = self.decoder(
             x, memory, None, src_mask, causal=True, caches=caches, return_weights=return_weights
         )
-        head = self.output if project else (lambda h: h)
-        if return_weights:
-            return head(out[0]), out[1], out[2]
-        return head(out)
+        output = self.output(hidden) if project else hidden
+        return DecodeOutput(output, self_weights, cross_weights)
 
     def init_cache(
         self, batch_size: int, max_len: int, memory: Tensor
@@ -180,6 +212,10 @@ class Transformer(nn.Module):
         )
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
-        """Teacher forcing: source (B, S), target input (B, T) -> logits (B, T, tgt_vocab)."""
-        memory, src_mask = self.encode(src)
-        return self.decode(tgt, memory, src_mask)
+        """Teacher forcing: source (B, S), target input (B, T) -> logits (B, T, tgt_vocab).
+
+        A plain tensor (what losses and ``torch.nn.Transformer`` users expect); weights come
+        from :meth:`encode` / :meth:`decode` with ``return_weights=True``.
+        """
+        memory, src_mask, _ = self.encode(src)
+        return self.decode(tgt, memory, src_mask).output

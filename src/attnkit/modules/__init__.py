@@ -5,16 +5,32 @@ from attnkit.modules.encoder import Encoder, EncoderLayer
 from attnkit.modules.feed_forward import FeedForward
 from attnkit.modules.kv_cache import KVCache
 from attnkit.modules.multihead import MultiHeadAttention
+from attnkit.modules.outputs import (
+    AttentionOutput,
+    DecodeOutput,
+    DecoderLayerOutput,
+    DecoderOutput,
+    EncodeOutput,
+    EncoderOutput,
+    LayerOutput,
+)
 from attnkit.modules.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from attnkit.modules.residual import Residual
 
 __all__ = [
+    "AttentionOutput",
+    "DecodeOutput",
     "Decoder",
     "DecoderLayer",
+    "DecoderLayerOutput",
+    "DecoderOutput",
+    "EncodeOutput",
     "Encoder",
     "EncoderLayer",
+    "EncoderOutput",
     "FeedForward",
     "KVCache",
+    "LayerOutput",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",
     "Residual",

@@ -8,6 +8,7 @@ from torch import Tensor, nn
 from attnkit.modules.feed_forward import FeedForward
 from attnkit.modules.kv_cache import KVCache
 from attnkit.modules.multihead import MultiHeadAttention
+from attnkit.modules.outputs import DecoderLayerOutput, DecoderOutput
 from attnkit.modules.residual import Residual
 
 
@@ -50,7 +51,7 @@ class DecoderLayer(nn.Module):
         causal: bool = True,
         cache: tuple[KVCache, KVCache] | None = None,
         return_weights: bool = False,
-    ):
+    ) -> DecoderLayerOutput:
         """Decode one layer.
 
         Args:
@@ -63,25 +64,28 @@ class DecoderLayer(nn.Module):
             return_weights: also return self- and cross-attention weights.
 
         Returns:
-            (B, T, d_model), or ``(x, self_weights, cross_weights)``.
+            ``DecoderLayerOutput(hidden, self_weights, cross_weights)``: hidden (B, T, d_model);
+            weights (B, H, T, T_k) and (B, H, T, S), or None.
         """
         self_cache, cross_cache = cache if cache is not None else (None, None)
-        x = self.self_block(
-            x,
-            lambda h: self.self_attn(
-                h, mask=self_mask, causal=causal, return_weights=return_weights, cache=self_cache
-            ),
+        self_attn = self.self_attn(
+            self.self_block.pre(x),
+            mask=self_mask,
+            causal=causal,
+            return_weights=return_weights,
+            cache=self_cache,
         )
-        x, self_w = x if return_weights else (x, None)
-        x = self.cross_block(
-            x,
-            lambda h: self.cross_attn(
-                h, memory, mask=memory_mask, return_weights=return_weights, cache=cross_cache
-            ),
+        x = self.self_block.post(x, self_attn.output)
+        cross_attn = self.cross_attn(
+            self.cross_block.pre(x),
+            memory,
+            mask=memory_mask,
+            return_weights=return_weights,
+            cache=cross_cache,
         )
-        x, cross_w = x if return_weights else (x, None)
+        x = self.cross_block.post(x, cross_attn.output)
         x = self.ffn_block(x, self.ffn)
-        return (x, self_w, cross_w) if return_weights else x
+        return DecoderLayerOutput(x, self_attn.weights, cross_attn.weights)
 
 
 class Decoder(nn.Module):
@@ -109,17 +113,14 @@ class Decoder(nn.Module):
         device: torch.device | str | None = None,
     ) -> list[tuple[KVCache, KVCache]]:
         """One (self, cross) cache pair per layer, for ``max_len`` target positions."""
-        caches = []
-        for layer in self.layers:
-            h, hd = layer.self_attn.num_heads, layer.self_attn.head_dim
-            kw = dict(dtype=dtype, device=device)
-            caches.append(
-                (
-                    KVCache(batch_size, h, max_len, hd, **kw),
-                    KVCache(batch_size, h, memory_len, hd, **kw),
-                )
+        kw = dict(dtype=dtype, device=device)
+        return [
+            (
+                layer.self_attn.init_cache(batch_size, max_len, **kw),
+                layer.cross_attn.init_cache(batch_size, memory_len, **kw),
             )
-        return caches
+            for layer in self.layers
+        ]
 
     def forward(
         self,
@@ -131,12 +132,21 @@ class Decoder(nn.Module):
         causal: bool = True,
         caches: list[tuple[KVCache, KVCache]] | None = None,
         return_weights: bool = False,
-    ):
-        """(B, T, d_model) -> (B, T, d_model); with weights, also lists of per-layer self- and
-        cross-attention weights."""
+    ) -> DecoderOutput:
+        """Run every layer (arguments as :meth:`DecoderLayer.forward`, one cache pair per layer).
+
+        Returns:
+            ``DecoderOutput(hidden, self_weights, cross_weights)``: hidden (B, T, d_model);
+            weights lists of one tensor per layer, or None.
+        """
+        if caches is not None and len(caches) != len(self.layers):
+            raise ValueError(
+                f"caches: expected one (self, cross) KVCache pair per layer ({len(self.layers)}), "
+                f"got {len(caches)}"
+            )
         self_ws, cross_ws = [], []
         for i, layer in enumerate(self.layers):
-            x = layer(
+            x, self_w, cross_w = layer(
                 x,
                 memory,
                 self_mask,
@@ -145,10 +155,10 @@ class Decoder(nn.Module):
                 cache=None if caches is None else caches[i],
                 return_weights=return_weights,
             )
-            if return_weights:
-                x, sw, cw = x
-                self_ws.append(sw)
-                cross_ws.append(cw)
+            self_ws.append(self_w)
+            cross_ws.append(cross_w)
         if self.norm is not None:
             x = self.norm(x)
-        return (x, self_ws, cross_ws) if return_weights else x
+        if not return_weights:
+            return DecoderOutput(x, None, None)
+        return DecoderOutput(x, self_ws, cross_ws)

@@ -1,11 +1,18 @@
-"""The encoder: self-attention and feed-forward, each in a residual block (seeds 002, 004)."""
+"""The encoder: self-attention and feed-forward, each in a residual block (seeds 002, 004).
+
+With ``causal=True`` and a :class:`KVCache` per layer the same stack is a decoder-only (GPT)
+model: a GPT block is an encoder layer whose self-attention is causal.
+"""
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from attnkit.modules.feed_forward import FeedForward
+from attnkit.modules.kv_cache import KVCache
 from attnkit.modules.multihead import MultiHeadAttention
+from attnkit.modules.outputs import EncoderOutput, LayerOutput
 from attnkit.modules.residual import Residual
 
 
@@ -50,15 +57,38 @@ class EncoderLayer(nn.Module):
         self.ffn_block = Residual(d_model, **block)
 
     def forward(
-        self, x: Tensor, mask: Tensor | None = None, *, return_weights: bool = False
-    ) -> Tensor | tuple[Tensor, Tensor]:
-        """x (B, T, d_model), mask as in :class:`MultiHeadAttention`; weights (B, H, T, T)."""
-        x = self.attn_block(
-            x, lambda h: self.self_attn(h, mask=mask, return_weights=return_weights)
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        *,
+        causal: bool = False,
+        cache: KVCache | None = None,
+        return_weights: bool = False,
+    ) -> LayerOutput:
+        """Encode one layer.
+
+        Args:
+            x: (B, T, d_model); with a cache, only the positions not yet cached.
+            mask: as in :class:`MultiHeadAttention`, (T, T_k) / (B, T, T_k) / (B, H, T, T_k),
+                T_k counting the cached positions too.
+            causal: forbid attending to later positions (aligned to the end with a cache).
+            cache: the self-attention cache: this call's keys/values are appended and the
+                queries attend to everything cached so far.
+            return_weights: also return the self-attention weights.
+
+        Returns:
+            ``LayerOutput(hidden, weights)``: hidden (B, T, d_model); weights (B, H, T, T_k)
+            or None.
+        """
+        attn = self.self_attn(
+            self.attn_block.pre(x),
+            mask=mask,
+            causal=causal,
+            cache=cache,
+            return_weights=return_weights,
         )
-        x, weights = x if return_weights else (x, None)
-        x = self.ffn_block(x, self.ffn)
-        return (x, weights) if return_weights else x
+        x = self.attn_block.post(x, attn.output)
+        return LayerOutput(self.ffn_block(x, self.ffn), attn.weights)
 
 
 class Encoder(nn.Module):
@@ -76,16 +106,44 @@ class Encoder(nn.Module):
         eps = layer_kwargs.get("layer_norm_eps", 1e-5)
         self.norm = nn.LayerNorm(layer_kwargs["d_model"], eps=eps) if final_norm else None
 
+    def init_cache(
+        self,
+        batch_size: int,
+        max_len: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> list[KVCache]:
+        """One self-attention cache per layer, for ``max_len`` positions (causal decoding)."""
+        return [
+            layer.self_attn.init_cache(batch_size, max_len, dtype=dtype, device=device)
+            for layer in self.layers
+        ]
+
     def forward(
-        self, x: Tensor, mask: Tensor | None = None, *, return_weights: bool = False
-    ) -> Tensor | tuple[Tensor, list[Tensor]]:
-        """x (B, T, d_model) -> (B, T, d_model), and each layer's weights when asked."""
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        *,
+        causal: bool = False,
+        caches: list[KVCache] | None = None,
+        return_weights: bool = False,
+    ) -> EncoderOutput:
+        """Run every layer (arguments as :meth:`EncoderLayer.forward`, one cache per layer).
+
+        Returns:
+            ``EncoderOutput(hidden, weights)``: hidden (B, T, d_model); weights a list of one
+            (B, H, T, T_k) per layer, or None.
+        """
+        if caches is not None and len(caches) != len(self.layers):
+            raise ValueError(
+                f"caches: expected one KVCache per layer ({len(self.layers)}), got {len(caches)}"
+            )
         all_weights = []
-        for layer in self.layers:
-            x = layer(x, mask, return_weights=return_weights)
-            if return_weights:
-                x, w = x
-                all_weights.append(w)
+        for i, layer in enumerate(self.layers):
+            cache = None if caches is None else caches[i]
+            x, weights = layer(x, mask, causal=causal, cache=cache, return_weights=return_weights)
+            all_weights.append(weights)
         if self.norm is not None:
             x = self.norm(x)
-        return (x, all_weights) if return_weights else x
+        return EncoderOutput(x, all_weights if return_weights else None)

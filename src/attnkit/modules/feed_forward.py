@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
+ACTIVATIONS = {
+    "relu": nn.ReLU,
+    "gelu": nn.GELU,
+    # GPT-2's GELU, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) (HF "gelu_new")
+    "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
+}
 
 
 def make_activation(name: str) -> nn.Module:

@@ -1,4 +1,6 @@
-"""A preallocated key/value cache for incremental decoding (the gpt-fast design)."""
+"""Preallocated caches for incremental decoding (the gpt-fast design): each attention layer's
+keys and values (:class:`KVCache`), and, for batches of padded prompts, which slots are padding
+and where each row is (:class:`PaddingCache`)."""
 
 from __future__ import annotations
 
@@ -80,3 +82,107 @@ class KVCache:
         else:
             self.k = self.k.index_select(0, index)
             self.v = self.v.index_select(0, index)
+
+
+def positions_from_mask(keep: Tensor | None, t: int, *, start: Tensor | int = 0) -> Tensor:
+    """Each slot's position: ``start`` plus the number of real tokens before it in its row.
+
+    That is Hugging Face's ``cumsum(attention_mask) - 1`` for real tokens. A padding slot gets
+    the position of its row's last real token (0 before any), which is always in range and
+    never attended to.
+
+    Args:
+        keep: (B, T) bool, True = real token; None = every slot is real.
+        t: number of slots T.
+        start: real tokens already seen per row, (B,) or a number.
+
+    Returns:
+        (B, T) long, or (1, T) when ``keep`` is None and ``start`` is a number.
+    """
+    if isinstance(start, int):
+        start = torch.tensor([start], device=None if keep is None else keep.device)
+    if keep is None:
+        steps = torch.arange(t, device=start.device)  # (T,)
+        return start[:, None] + steps  # (B, T)
+    before = keep.long().cumsum(dim=1) - keep.long()  # (B, T) real tokens before each slot
+    pos = start[:, None] + before  # (B, T)
+    return torch.where(keep, pos, (pos - 1).clamp(min=0))
+
+
+class PaddingCache:
+    """Which cached slots hold real tokens, and the position each row has reached.
+
+    A batch of prompts of different lengths is padded to one length, so every row fills the
+    same cache slots at every step, but a row's *position* counts only its real tokens (Hugging
+    Face's ``position_ids = cumsum(attention_mask) - 1``). This cache keeps, beside the layers'
+    :class:`KVCache`\\ s, a preallocated (B, max_len) boolean "slot holds a real token" buffer
+    and each row's count of real tokens, so that padding is never attended to and left- and
+    right-padded prompts both continue at the right position.
+
+    Args:
+        batch_size: rows.
+        max_len: the most slots the cache will hold (padding slots included).
+        device: buffer device.
+    """
+
+    def __init__(
+        self, batch_size: int, max_len: int, *, device: torch.device | str | None = None
+    ) -> None:
+        if batch_size < 1 or max_len < 1:
+            raise ValueError(
+                f"PaddingCache: batch_size and max_len must be >= 1, got batch_size={batch_size}, "
+                f"max_len={max_len}"
+            )
+        self.keep = torch.zeros(batch_size, max_len, dtype=torch.bool, device=device)
+        self.counts = torch.zeros(batch_size, dtype=torch.long, device=device)  # (B,)
+        self.length = 0
+        self.has_padding = False  # False while every filled slot is a real token
+
+    @property
+    def max_len(self) -> int:
+        return self.keep.shape[1]
+
+    @property
+    def batch_size(self) -> int:
+        return self.keep.shape[0]
+
+    def positions(self, keep: Tensor | None, t: int) -> Tensor:
+        """Positions (B, T) of ``t`` new slots (:func:`positions_from_mask`), not recorded."""
+        return positions_from_mask(keep, t, start=self.counts)
+
+    def update(self, keep: Tensor | None, t: int) -> Tensor | None:
+        """Record ``t`` new slots (``keep`` (B, T) bool, True = real token; None = all real).
+
+        Returns:
+            The key mask over every filled slot, (B, 1, T_so_far) bool, True = real token; or
+            None when no filled slot is padding (so the attention can take its unmasked path).
+        """
+        b = self.batch_size
+        if keep is not None and keep.shape != (b, t):
+            raise ValueError(
+                f"PaddingCache.update: expected keep of shape ({b}, {t}), got {tuple(keep.shape)}"
+            )
+        end = self.length + t
+        if end > self.max_len:
+            raise ValueError(
+                f"PaddingCache.update: {end} positions exceed the cache's max_len={self.max_len}"
+            )
+        if keep is None:
+            self.keep[:, self.length : end] = True
+            self.counts += t
+        else:
+            self.keep[:, self.length : end] = keep
+            self.counts += keep.sum(dim=1)
+            self.has_padding = self.has_padding or not bool(keep.all())
+        self.length = end
+        return self.keep[:, None, :end] if self.has_padding else None  # (B, 1, T_so_far)
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep rows ``index`` (B',), as :meth:`KVCache.reorder`: in place when the batch keeps
+        its size, new buffers when it shrinks."""
+        if index.shape[0] == self.batch_size:
+            self.keep[:, : self.length] = self.keep[:, : self.length].index_select(0, index)
+            self.counts[:] = self.counts.index_select(0, index)
+        else:
+            self.keep = self.keep.index_select(0, index)
+            self.counts = self.counts.index_select(0, index)

@@ -3,11 +3,13 @@ fused KV projection (seeds 001-004), all heads in one call of the core function.
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.attention import scaled_dot_product_attention
 from attnkit.modules.kv_cache import KVCache
+from attnkit.modules.outputs import AttentionOutput
 
 
 class MultiHeadAttention(nn.Module):
@@ -55,6 +57,19 @@ class MultiHeadAttention(nn.Module):
             self.kv_proj = nn.Linear(self.kv_dim, 2 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
+    def init_cache(
+        self,
+        batch_size: int,
+        max_len: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> KVCache:
+        """An empty :class:`KVCache` sized for this layer's heads, ``max_len`` positions."""
+        return KVCache(
+            batch_size, self.num_heads, max_len, self.head_dim, dtype=dtype, device=device
+        )
+
     def _split_heads(self, x: Tensor) -> Tensor:
         b, t, _ = x.shape
         return x.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
@@ -85,7 +100,7 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         return_weights: bool = False,
         cache: KVCache | None = None,
-    ) -> Tensor | tuple[Tensor, Tensor]:
+    ) -> AttentionOutput:
         """Attend from ``x`` to itself, or to ``context`` (cross-attention).
 
         Args:
@@ -96,13 +111,15 @@ class MultiHeadAttention(nn.Module):
             mask: boolean (True = may attend) or additive; (T_q, T_k), (B, T_q, T_k) (for all
                 heads; a key mask is (B, 1, T_k)) or (B, H, T_q, T_k).
             causal: forbid attending to later positions (aligned to the end with a cache).
-            return_weights: also return per-head weights (B, H, T_q, T_k).
+            return_weights: also return per-head weights (B, H, T_q, T_k) (the readable path).
             cache: for decoding. Self-attention appends this step's keys/values and attends to
                 all of them; cross-attention fills it with the context's keys/values on the
                 first call and reuses them afterwards without projecting ``context`` again.
 
         Returns:
-            (B, T_q, d_model), or ``(output, weights)``.
+            ``AttentionOutput(output, weights)``: output (B, T_q, d_model); weights
+            (B, H, T_q, T_k) with ``return_weights``, else None (as ``torch.nn.MultiheadAttention``
+            always returns a pair).
         """
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x: expected shape (B, T, {self.d_model}), got {tuple(x.shape)}")
@@ -163,5 +180,4 @@ class MultiHeadAttention(nn.Module):
             # (B_ctx, H, group * T_q, T_k) -> (B, H, T_q, T_k)
             weights = weights.view(b // group, self.num_heads, group, t_q, -1).transpose(1, 2)
             weights = weights.reshape(b, self.num_heads, t_q, -1)
-        out = self.out_proj(out)
-        return (out, weights) if return_weights else out
+        return AttentionOutput(self.out_proj(out), weights)

@@ -11,8 +11,9 @@ class Residual(nn.Module):
     """post-LN: LayerNorm(x + dropout(f(x))), the paper's form;
     pre-LN: x + dropout(f(LayerNorm(x))), seeds 002/004 and most modern models.
 
-    ``f`` may return a tensor or ``(tensor, extra)``; the extra (attention weights) is passed
-    through: the result is then ``(y, extra)``.
+    ``block(x, f)`` always returns a tensor. A sublayer that returns more than its output
+    (attention and its weights) uses the two halves: ``f(block.pre(x))``, then
+    ``block.post(x, output)``.
 
     Args:
         d_model: width normalised.
@@ -27,10 +28,20 @@ class Residual(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 
-    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor | tuple]):
-        out = sublayer(self.norm(x) if self.norm_first else x)
-        out, extra = out if isinstance(out, tuple) else (out, None)
+    def pre(self, x: Tensor) -> Tensor:
+        """The sublayer's input: LayerNorm(x) for pre-LN, x itself for post-LN."""
+        return self.norm(x) if self.norm_first else x
+
+    def post(self, x: Tensor, out: Tensor) -> Tensor:
+        """x + dropout(out), then LayerNorm for post-LN."""
         y = x + self.dropout(out)
-        if not self.norm_first:
-            y = self.norm(y)
-        return y if extra is None else (y, extra)
+        return y if self.norm_first else self.norm(y)
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        out = sublayer(self.pre(x))
+        if not isinstance(out, Tensor):
+            raise TypeError(
+                f"sublayer: expected it to return a Tensor, got {type(out).__name__} (a sublayer "
+                "that returns more uses Residual.pre and Residual.post)"
+            )
+        return self.post(x, out)

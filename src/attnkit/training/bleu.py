@@ -22,7 +22,7 @@ def bleu_eval_hook(
     beam_size: int = 1,
     batch_tokens: int = 4000,
 ):
-    """An :data:`~attnkit.training.trainer.EvalHook` returning ``{"val_bleu": score}``.
+    """An :data:`~attnkit.training.task.EvalHook` returning ``{"val_bleu": score}``.
 
     Args:
         tokenizer: The run's tokenizer.

@@ -8,66 +8,49 @@ Layout of ``runs/NAME/last/`` (and ``best/``)::
     state.json          step, epoch, position in the data, metrics (human-readable)
     resume.pt           optimizer, scheduler, grad scaler and RNG states (``last`` only)
 
-Atomicity: the folder is written as ``last.tmp-<pid>/``, every file and the folder are
-fsynced, then the old ``last`` is renamed to ``last.old-<pid>``, the new folder is renamed to
-``last`` and the old one is deleted. Only complete folders ever carry the name ``last`` or
-``last.old-*``, so a run killed at any moment leaves a loadable checkpoint:
-:func:`find_checkpoint` takes ``last``, or ``last.old-*`` if the kill came between the two
-renames, and never a ``.tmp-`` folder.
+A checkpoint is a translation model folder (``attnkit translate --model runs/NAME/best``)
+with two more files; the files, the errors and the atomic write are
+:mod:`attnkit.model_folder`'s. Atomicity: the folder is written as ``last.tmp-<pid>/``, every
+file and the folder are fsynced, then the old ``last`` is renamed to ``last.old-<pid>``, the
+new folder is renamed to ``last`` and the old one is deleted. Only complete folders ever carry
+the name ``last`` or ``last.old-*``, so a run killed at any moment leaves a loadable
+checkpoint: :func:`find_checkpoint` takes ``last``, or ``last.old-*`` if the kill came between
+the two renames, and never a ``.tmp-`` folder. A folder attnkit did not write is never
+replaced (:func:`attnkit.model_folder.check_replaceable`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_model as load_safetensors_model
-from safetensors.torch import save_model as save_safetensors_model
 from torch import nn
 
+from attnkit import model_folder as mf
 from attnkit.data.tokenizer import SubwordTokenizer
-from attnkit.models.transformer import Transformer, TransformerConfig
+from attnkit.decoding.loading import load_translation_model, write_translation_files
+from attnkit.model_folder import write_text_atomic
+from attnkit.models.transformer import Transformer
 from attnkit.training.config import TrainConfig
 
 logger = logging.getLogger(__name__)
 
-WEIGHTS = "model.safetensors"
-CONFIG = "config.json"
-TOKENIZER = "tokenizer.json"
-STATE = "state.json"
-RESUME = "resume.pt"
+__all__ = [
+    "TOKENIZER",
+    "find_checkpoint",
+    "load_model",
+    "load_resume_state",
+    "load_weights",
+    "read_state",
+    "read_train_config",
+    "save_checkpoint",
+    "write_text_atomic",
+]
 
-
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # e.g. Windows cannot open folders; rename is still atomic there
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Writes a file via a temporary file in the same folder, fsync and ``os.replace``."""
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+TOKENIZER = mf.TOKENIZER_FILE  # the name the trainer reads a run's tokenizer under
 
 
 def save_checkpoint(
@@ -82,7 +65,7 @@ def save_checkpoint(
     """Writes a checkpoint folder atomically (see the module docstring).
 
     Args:
-        folder: The checkpoint folder, e.g. ``runs/NAME/last``; its parent must exist.
+        folder: The checkpoint folder, e.g. ``runs/NAME/last``.
         model: The (unwrapped) model.
         config: The training config with the model's vocabulary sizes filled in.
         tokenizer: The tokenizer.
@@ -91,38 +74,24 @@ def save_checkpoint(
 
     Returns:
         The folder path.
+
+    Raises:
+        ValueError: If ``folder`` exists and is not a folder attnkit wrote.
     """
     folder = Path(folder)
-    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-    old = folder.with_name(f"{folder.name}.old-{os.getpid()}")
-    for stale in (tmp, old):
-        if stale.exists():
-            shutil.rmtree(stale)
-    tmp.mkdir()
-    save_safetensors_model(model, str(tmp / WEIGHTS), metadata={"format": "pt"})
-    (tmp / CONFIG).write_text(json.dumps(config.to_dict(), indent=2) + "\n", encoding="utf-8")
-    tokenizer.save(tmp / TOKENIZER)
-    (tmp / STATE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
-    if resume is not None:
-        torch.save(resume, tmp / RESUME)
-    for path in tmp.iterdir():
-        _fsync_file(path)
-    _fsync_dir(tmp)
-    if folder.exists():
-        os.rename(folder, old)
-    os.rename(tmp, folder)
-    _fsync_dir(folder.parent)
-    if old.exists():
-        shutil.rmtree(old)
-    _remove_stale(folder)
+    with mf.atomic_folder(folder, what="checkpoint folder") as tmp:
+        write_translation_files(tmp, model, tokenizer, config.to_dict())
+        mf.write_json(tmp / mf.STATE_FILE, state)
+        if resume is not None:
+            torch.save(resume, tmp / mf.RESUME_FILE)
     return folder
 
 
-def _remove_stale(folder: Path) -> None:
-    """Deletes ``<name>.tmp-*`` / ``<name>.old-*`` left by killed runs, once ``folder`` exists."""
-    for stale in folder.parent.glob(f"{folder.name}.*-*"):
-        if stale.is_dir() and stale.name.split(".")[-1].startswith(("tmp-", "old-")):
-            shutil.rmtree(stale, ignore_errors=True)
+def _step(folder: Path) -> int:
+    try:
+        return read_state(folder)["step"]
+    except ValueError:
+        return -1  # unreadable: the last choice
 
 
 def find_checkpoint(folder: str | os.PathLike[str]) -> Path | None:
@@ -132,47 +101,64 @@ def find_checkpoint(folder: str | os.PathLike[str]) -> Path | None:
     between the two renames of :func:`save_checkpoint`). ``.tmp-*`` folders may be partial
     and are never returned.
     """
-    folder = Path(folder)
-    if (folder / STATE).is_file():
-        return folder
-    olds = [p for p in folder.parent.glob(f"{folder.name}.old-*") if (p / STATE).is_file()]
-    if not olds:
-        return None
-    return max(olds, key=lambda p: json.loads((p / STATE).read_text())["step"])
+    return mf.recover_folder(folder, mf.STATE_FILE, newest=_step)
 
 
 def read_state(folder: str | os.PathLike[str]) -> dict[str, Any]:
-    """The ``state.json`` of a checkpoint folder."""
-    return json.loads((Path(folder) / STATE).read_text(encoding="utf-8"))
+    """The ``state.json`` of a checkpoint folder.
+
+    Raises:
+        ValueError: If it is missing, not a JSON object, or has no non-negative ``step``.
+    """
+    path = Path(folder) / mf.STATE_FILE
+    state = mf.read_json(path, what=f"checkpoint {mf.STATE_FILE}")
+    step = state.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"{path}: \"step\": expected a non-negative integer, got {step!r}")
+    return state
 
 
-def read_config(folder: str | os.PathLike[str]) -> TrainConfig:
-    """The training config saved in a checkpoint folder."""
-    raw = json.loads((Path(folder) / CONFIG).read_text(encoding="utf-8"))
-    return TrainConfig.from_dict(raw, allow_tokenizer_keys=True)
+def read_train_config(folder: str | os.PathLike[str]) -> TrainConfig:
+    """The training config saved in a checkpoint folder's ``config.json``.
+
+    Raises:
+        ValueError: Naming the file and field, if it is unreadable, another kind of model's,
+            or a value is of the wrong type or out of range.
+    """
+    folder = Path(folder)
+    raw = mf.read_config(folder)
+    mf.expect_kind(folder, raw, "translation")
+    try:
+        return TrainConfig.from_dict(raw, allow_tokenizer_keys=True)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{folder / mf.CONFIG_FILE}: bad training config: {err}") from None
 
 
 def load_resume_state(folder: str | os.PathLike[str]) -> dict[str, Any]:
-    """The optimizer/scheduler/RNG states of a ``last`` checkpoint."""
-    path = Path(folder) / RESUME
+    """The optimizer/scheduler/RNG states of a ``last`` checkpoint.
+
+    Raises:
+        ValueError: If ``resume.pt`` is missing, unreadable (truncated, corrupt, not written
+            by torch.save) or not a dict. It is read with ``weights_only=True``.
+    """
+    path = Path(folder) / mf.RESUME_FILE
     if not path.is_file():
-        raise ValueError(f"{os.fspath(folder)!r} has no {RESUME}: not a resumable checkpoint")
-    return torch.load(path, map_location="cpu", weights_only=True)
+        raise ValueError(f"{os.fspath(folder)!r} has no {mf.RESUME_FILE}: not a resumable checkpoint")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # EOFError, UnpicklingError, RuntimeError, BadZipFile, ...
+        raise ValueError(
+            f"{path}: not a readable resume state ({type(err).__name__}: {err}); the checkpoint "
+            "is damaged: restore the file, or start a new run from its weights"
+        ) from None
+    if not isinstance(state, dict):
+        raise ValueError(f"{path}: expected a dict of training states, got {type(state).__name__}")
+    return state
 
 
 def load_weights(model: nn.Module, folder: str | os.PathLike[str]) -> None:
     """Loads ``model.safetensors`` into ``model`` (strict: every tensor must match)."""
-    try:
-        missing, unexpected = load_safetensors_model(
-            model, str(Path(folder) / WEIGHTS), strict=False
-        )
-    except RuntimeError as err:  # shape mismatches
-        raise ValueError(f"{os.fspath(folder)!r}: weights do not match the model: {err}") from None
-    if missing or unexpected:
-        raise ValueError(
-            f"{os.fspath(folder)!r}: weights do not match the model: missing {sorted(missing)}, "
-            f"unexpected {sorted(unexpected)}"
-        )
+    mf.load_weights(model, folder)
 
 
 def load_model(
@@ -188,13 +174,13 @@ def load_model(
         ``(model, tokenizer, config)``.
     """
     folder = Path(folder)
-    if not (folder / WEIGHTS).is_file():
+    if not (folder / mf.WEIGHTS_FILE).is_file():
         found = find_checkpoint(folder / "best") or find_checkpoint(folder / "last")
         if found is None:
-            raise ValueError(f"{os.fspath(folder)!r} holds no checkpoint ({WEIGHTS} not found)")
+            raise ValueError(
+                f"{os.fspath(folder)!r} holds no checkpoint ({mf.WEIGHTS_FILE} not found)"
+            )
         folder = found
-    config = read_config(folder)
-    model = Transformer(TransformerConfig.from_dict(config.to_dict()["model"]))
-    load_weights(model, folder)
-    tokenizer = SubwordTokenizer.load(folder / TOKENIZER)
-    return model.to(device).eval(), tokenizer, config
+    config = read_train_config(folder)
+    model, tokenizer, _ = load_translation_model(folder, device=device)
+    return model, tokenizer, config

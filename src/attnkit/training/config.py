@@ -16,32 +16,31 @@ Command-line overrides ``section.key=value`` are parsed as TOML values
 field (``data.corpus=copy``). Unknown sections or keys raise ``ValueError`` naming them and
 listing the known ones. The vocabulary sizes and the pad id of the model come from the
 tokenizer and cannot be set.
+
+Every value is checked where it is read: its type, and its range from
+:mod:`attnkit.training.limits` (so ``model.d_model=-1``, ``=0``, ``=true``, ``="64"``
+or ``=10**12`` fail at once). An error names where the value came from (the file, or the
+``--set`` item) and the field. ``[model]`` values are checked by
+:class:`~attnkit.models.TransformerConfig`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import math
 import os
 import tomllib
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from attnkit.models.transformer import TransformerConfig
+from attnkit.training.limits import TOKENIZER_MODEL_KEYS, check_range, check_section
 
 AUTOCAST_MODES = ("auto", "bf16", "fp16", "none")
 BEST_METRICS = ("auto", "val_loss", "val_bleu")
-# Set from the tokenizer, never from a config file.
-TOKENIZER_MODEL_KEYS = ("src_vocab_size", "tgt_vocab_size", "pad_id")
-
-
-def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
-    if value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name}: expected a number {bound}, got {value!r}")
 
 
 @dataclass
@@ -76,10 +75,7 @@ class DataConfig:
             raise ValueError(
                 f"data: val_src={self.val_src!r} and val_tgt={self.val_tgt!r}: give both or neither"
             )
-        for name in ("vocab_size", "max_tokens", "copy_words", "copy_min_len"):
-            _positive(f"data.{name}", getattr(self, name))
-        for name in ("max_train_pairs", "max_len", "seed", "copy_train_pairs", "copy_val_pairs"):
-            _positive(f"data.{name}", getattr(self, name), allow_zero=True)
+        check_section("data", self)
         if self.copy_max_len < self.copy_min_len:
             raise ValueError(
                 f"data.copy_max_len={self.copy_max_len} must be >= "
@@ -119,12 +115,9 @@ class OptimConfig:
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)
-        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+        if len(self.betas) != 2:
             raise ValueError(f"optim.betas: expected two numbers in [0, 1), got {self.betas!r}")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(
-                f"optim.label_smoothing: expected a number in [0, 1), got {self.label_smoothing!r}"
-            )
+        check_section("optim", self)
         if self.autocast not in AUTOCAST_MODES:
             raise ValueError(
                 f"optim.autocast: expected one of {list(AUTOCAST_MODES)}, got {self.autocast!r}"
@@ -133,29 +126,6 @@ class OptimConfig:
             raise ValueError(
                 f"optim.best_metric: expected one of {list(BEST_METRICS)}, got {self.best_metric!r}"
             )
-        for name in ("lr_scale", "eps", "accumulation", "log_every", "warmup_steps"):
-            _positive(f"optim.{name}", getattr(self, name))
-        for name in (
-            "weight_decay",
-            "clip_norm",
-            "max_steps",
-            "max_epochs",
-            "max_minutes",
-            "patience",
-            "eval_every",
-            "val_bleu_sentences",
-            "save_every",
-            "keep_checkpoints",
-            "seed",
-            "threads",
-        ):
-            _positive(f"optim.{name}", getattr(self, name), allow_zero=True)
-        if not 0.0 <= self.cooldown <= 1.0:
-            raise ValueError(
-                f"optim.cooldown: expected a fraction in [0, 1], got {self.cooldown!r}"
-            )
-        if not math.isfinite(self.max_minutes):
-            raise ValueError(f"optim.max_minutes: expected a finite number, got {self.max_minutes}")
 
 
 SECTIONS: dict[str, type] = {"model": TransformerConfig, "data": DataConfig, "optim": OptimConfig}
@@ -169,6 +139,27 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
 
+    def __post_init__(self) -> None:
+        m, d = self.model, self.data
+        # The model checks its own fields; built once more at the data's vocabulary size, it
+        # also refuses a vocabulary that would make it too large before a tokenizer is trained.
+        try:
+            dataclasses.replace(m, src_vocab_size=d.vocab_size, tgt_vocab_size=d.vocab_size)
+        except ValueError as err:
+            raise ValueError(f"[model] with data.vocab_size={d.vocab_size}: {err}") from None
+        if d.max_len > m.max_len:
+            raise ValueError(
+                f"data.max_len={d.max_len} exceeds model.max_len={m.max_len}, the longest "
+                "sequence the model encodes"
+            )
+        longest = d.max_len or m.max_len
+        if d.max_tokens < longest:
+            raise ValueError(
+                f"data.max_tokens={d.max_tokens} must be >= the longest pair, "
+                f"data.max_len={d.max_len} (0 = model.max_len={m.max_len}): a pair of that "
+                "length would fit in no batch"
+            )
+
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """Plain nested dict (tuples as lists), the inverse of :meth:`from_dict`."""
         out = {}
@@ -179,7 +170,12 @@ class TrainConfig:
 
     @classmethod
     def from_dict(
-        cls, raw: Mapping[str, Any], *, allow_tokenizer_keys: bool = False
+        cls,
+        raw: Mapping[str, Any],
+        *,
+        allow_tokenizer_keys: bool = False,
+        source: str = "config",
+        origins: Mapping[str, str] | None = None,
     ) -> TrainConfig:
         """Builds a config from ``{"model": {...}, "data": {...}, "optim": {...}}``.
 
@@ -187,37 +183,52 @@ class TrainConfig:
             raw: Sections as mappings; a missing section or key takes its default.
             allow_tokenizer_keys: Accept ``model.src_vocab_size`` etc. (true when reading a
                 checkpoint's ``config.json``, where they were filled in from the tokenizer).
+            source: Where ``raw`` came from (a file name), named in errors.
+            origins: ``"section.key"`` -> where that value came from when it is not
+                ``source`` (e.g. ``"--set 'model.d_model=-1'"``), named in errors.
 
         Raises:
             ValueError: On an unknown section or key, a value of the wrong type, or a value
-                out of range.
+                out of range; the message starts with the value's source.
         """
+        origins = dict(origins or {})
         unknown = sorted(set(raw) - set(SECTIONS))
         if unknown:
-            raise ValueError(f"unknown config section(s) {unknown}; known: {list(SECTIONS)}")
+            raise ValueError(
+                f"{source}: unknown config section(s) {unknown}; known: {list(SECTIONS)}"
+            )
         sections = {}
         for name, section_type in SECTIONS.items():
             values = raw.get(name, {})
             if not isinstance(values, Mapping):
-                raise ValueError(f"[{name}]: expected a table of keys, got {values!r}")
+                raise ValueError(f"{source}: [{name}]: expected a table of keys, got {values!r}")
             hints = _field_types(section_type)
             if name == "model" and not allow_tokenizer_keys:
                 for key in TOKENIZER_MODEL_KEYS:
                     if key in values:
                         raise ValueError(
-                            f"model.{key}: set from the tokenizer, not in the config "
-                            f"(use data.vocab_size for the vocabulary)"
+                            f"{origins.get(f'model.{key}', source)}: model.{key}: set from the "
+                            "tokenizer, not in the config (use data.vocab_size for the vocabulary)"
                         )
                 hints = {k: v for k, v in hints.items() if k not in TOKENIZER_MODEL_KEYS}
             bad = sorted(set(values) - set(hints))
             if bad:
                 raise ValueError(
-                    f"unknown key(s) {[f'{name}.{k}' for k in bad]}; known [{name}] keys: "
-                    f"{sorted(hints)}"
+                    f"{source}: unknown key(s) {[f'{name}.{k}' for k in bad]}; known [{name}] "
+                    f"keys: {sorted(hints)}"
                 )
-            kwargs = {k: _coerce(f"{name}.{k}", v, hints[k]) for k, v in values.items()}
-            sections[name] = section_type(**kwargs)
-        return cls(**sections)
+            kwargs = {}
+            for key, value in values.items():
+                where = f"{name}.{key}"
+                try:
+                    kwargs[key] = _coerce(where, value, hints[key])
+                    check_range(where, kwargs[key])
+                except ValueError as err:
+                    raise ValueError(f"{origins.get(where, source)}: {err}") from None
+            with _named_source(source, origins, name):
+                sections[name] = section_type(**kwargs)
+        with _named_source(source, origins, ""):
+            return cls(**sections)
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike[str], overrides: Iterable[str] = ()) -> TrainConfig:
@@ -234,12 +245,28 @@ class TrainConfig:
             raw = tomllib.loads(path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as err:
             raise ValueError(f"config file {os.fspath(path)!r} is not valid TOML: {err}") from None
-        return cls.from_dict(apply_overrides(raw, overrides))
+        overrides = list(overrides)
+        return cls.from_dict(
+            apply_overrides(raw, overrides),
+            source=f"config file {os.fspath(path)!r}",
+            origins=override_origins(overrides),
+        )
 
-    def with_overrides(self, overrides: Iterable[str]) -> TrainConfig:
-        """A copy with ``section.key=value`` overrides applied (see :func:`apply_overrides`)."""
+    def with_overrides(
+        self, overrides: Iterable[str], *, source: str = "saved config"
+    ) -> TrainConfig:
+        """A copy with ``section.key=value`` overrides applied (see :func:`apply_overrides`).
+
+        Args:
+            overrides: ``section.key=value`` items.
+            source: What this config is (e.g. a checkpoint's ``config.json``), named in errors.
+        """
+        overrides = list(overrides)
         return TrainConfig.from_dict(
-            apply_overrides(self.to_dict(), overrides), allow_tokenizer_keys=True
+            apply_overrides(self.to_dict(), overrides),
+            allow_tokenizer_keys=True,
+            source=source,
+            origins=override_origins(overrides),
         )
 
     def to_toml(self) -> str:
@@ -296,6 +323,27 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[st
             value = text.strip()
         out.setdefault(section, {})[key] = value
     return out
+
+
+def override_origins(overrides: Iterable[str]) -> dict[str, str]:
+    """``"section.key"`` -> ``"--set 'section.key=value'"`` for each override (the last wins)."""
+    out = {}
+    for item in overrides:
+        target = item.partition("=")[0].strip()
+        out[target] = f"--set {item!r}"
+    return out
+
+
+@contextlib.contextmanager
+def _named_source(source: str, origins: Mapping[str, str], section: str) -> Iterator[None]:
+    """Prefixes a ``ValueError`` raised by a section's own checks with where its values came
+    from: the source, and the ``--set`` items that touched the section (all, for ``""``)."""
+    try:
+        yield
+    except ValueError as err:
+        sets = [o for k, o in origins.items() if not section or k.startswith(f"{section}.")]
+        where = source + (f" with {', '.join(sets)}" if sets else "")
+        raise ValueError(f"{where}: {err}") from None
 
 
 def _field_types(section_type: type) -> dict[str, Any]:

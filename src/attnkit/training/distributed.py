@@ -7,8 +7,10 @@ Without those variables everything here degrades to single-process no-ops.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,3 +103,34 @@ def gather_objects(obj: Any, info: DistInfo) -> list[Any]:
 def barrier(info: DistInfo) -> None:
     if info.distributed:
         dist.barrier()
+
+
+class PeerError(RuntimeError):
+    """Raised on the ranks that did not fail when another rank's check failed."""
+
+
+@contextlib.contextmanager
+def raise_together(info: DistInfo) -> Iterator[None]:
+    """Makes every rank raise when any rank raises inside the block (a collective: all ranks
+    must enter it).
+
+    A check that only rank 0 makes (is the run folder free? does the tokenizer train?) would
+    otherwise leave the other ranks waiting forever at the next collective. At the end of the
+    block the ranks exchange their errors: a failed rank re-raises its own, the others raise
+    ``ValueError`` (for a ``ValueError`` on the failed rank, so the command line prints it
+    as a usage error) or :class:`PeerError` carrying the first failed rank's message.
+    """
+    if not info.distributed:
+        yield
+        return
+    try:
+        yield
+    except Exception as err:
+        gather_objects((type(err).__name__, str(err), isinstance(err, ValueError)), info)
+        raise
+    gathered = gather_objects(None, info)  # in rank order; a failed rank sent a tuple
+    failed = [rank for rank, f in enumerate(gathered) if f is not None]
+    if failed:
+        name, message, is_value_error = gathered[failed[0]]
+        error = ValueError if is_value_error else PeerError
+        raise error(f"{message} (raised as {name} on rank {failed[0]})")

@@ -6,10 +6,15 @@ import json
 import logging
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch import Tensor
+
 from attnkit.training.checkpoint import write_text_atomic
+from attnkit.training.distributed import DistInfo, all_reduce_sum
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -46,6 +51,43 @@ class MetricsLog:
         clean = {k: _json_number(v) for k, v in record.items()}
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(clean) + "\n")
+
+
+class TrainMeter:
+    """Training loss per token and tokens per second over the steps since the last record.
+
+    Args:
+        now: The time source, in seconds.
+    """
+
+    def __init__(self, now: Callable[[], float]) -> None:
+        self.now = now
+        self.lr = 0.0  # the learning rate of the latest step, set by the trainer
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss_sum: Tensor | float = 0.0  # stays on the device: no sync per step
+        self.tokens = 0
+        self.start = self.now()
+        self.paused = 0.0
+
+    def add(self, loss_sum: Tensor, tokens: int) -> None:
+        """One micro-batch: its summed loss and this rank's scored tokens."""
+        self.loss_sum = self.loss_sum + loss_sum.detach().to(torch.float64)
+        self.tokens += tokens
+
+    def pause(self, seconds: float) -> None:
+        """Time spent on other things (evaluation, checkpoints), left out of the throughput."""
+        self.paused += seconds
+
+    def summary(self, info: DistInfo, reduce_device: torch.device) -> tuple[float, float]:
+        """``(train_loss, tokens_per_sec)`` over all ranks since the last reset; then resets."""
+        sums = torch.tensor([float(self.loss_sum), float(self.tokens)], dtype=torch.float64)
+        sums = all_reduce_sum(sums.to(reduce_device), info).cpu()
+        seconds = max(self.now() - self.start - self.paused, 1e-9)
+        loss = float(sums[0] / sums[1]) if sums[1] > 0 else float("nan")
+        self.reset()
+        return loss, float(sums[1]) / seconds
 
 
 def _json_number(value: Any) -> Any:

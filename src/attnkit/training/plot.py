@@ -32,10 +32,10 @@ def plot_val_loss(
     Raises:
         ValueError: If the file has no evaluation records.
     """
-    import matplotlib
+    from attnkit.extras import require
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    require("matplotlib", extra="plot", feature="attnkit.training.plot").use("Agg")
+    plt = require("matplotlib.pyplot", extra="plot", feature="attnkit.training.plot")
 
     records = [r for r in read_metrics(metrics_path) if r.get("val_loss") is not None]
     if not records:

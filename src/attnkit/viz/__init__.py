@@ -20,11 +20,20 @@ from attnkit.viz.capture import (
     capture_bert,
     capture_translation,
     detect_model_type,
-    load_model,
     subword_labels,
 )
 from attnkit.viz.html import render_html, write_html
-from attnkit.viz.plots import alignment, head_grid, heatmap
+
+_PLOTS = ("alignment", "head_grid", "heatmap")
+
+
+def __getattr__(name: str):
+    """The plot functions import matplotlib (the ``plot`` extra) only when first used."""
+    if name in _PLOTS:
+        from attnkit.viz import plots
+
+        return getattr(plots, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "KINDS",
@@ -35,7 +44,6 @@ __all__ = [
     "detect_model_type",
     "head_grid",
     "heatmap",
-    "load_model",
     "render_html",
     "subword_labels",
     "write_html",

@@ -21,12 +21,10 @@ source words".
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -36,12 +34,11 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "KINDS",
     "AttentionMaps",
-    "LoadedModel",
     "capture_bert",
+    "capture_gpt",
     "capture_translation",
     "detect_model_type",
     "subword_labels",
-    "load_model",
 ]
 
 # kind -> human-readable name; the order of the viewer's menu.
@@ -67,7 +64,7 @@ class AttentionMaps:
     cross: list[Tensor] | None = None  # per layer (H, T, S)
     source: str = ""  # the text that was encoded
     target: str | None = None  # the target text: given, or the model's translation
-    model_type: str = "bert"  # "bert" or "translation"
+    model_type: str = "bert"  # "bert", "translation" or "gpt"
 
     @property
     def kinds(self) -> list[str]:
@@ -86,6 +83,8 @@ class AttentionMaps:
     def kind_label(self, kind: str) -> str:
         """A title for ``kind``: "encoder self-attention", ..., "BERT self-attention"."""
         self.layers(kind)
+        if self.model_type == "gpt":
+            return "GPT causal self-attention"
         return "BERT self-attention" if self.model_type == "bert" else KINDS[kind]
 
     def num_layers(self, kind: str) -> int:
@@ -263,6 +262,43 @@ def capture_bert(model, tokenizer, text: str) -> AttentionMaps:
     )
 
 
+def _gpt_labels(tokenizer, ids: list[int]) -> list[str]:
+    """Axis labels of byte-level BPE ids: each id decoded alone, then :func:`subword_labels`
+    (a leading space starts a word, and so does the text's first piece); an id holding part
+    of a character shows as U+FFFD."""
+    pieces = [tokenizer.decode([i]) for i in ids]
+    if pieces and not pieces[0].startswith((" ", "<")):
+        pieces[0] = " " + pieces[0]
+    return subword_labels(pieces)
+
+
+def capture_gpt(model, tokenizer, text: str) -> AttentionMaps:
+    """Every layer's causal self-attention of a GPT on one text (kind ``"encoder"``: row i
+    attends to tokens 0..i).
+
+    Args:
+        model: a :class:`~attnkit.models.GPT`.
+        tokenizer: its :class:`~attnkit.models.gpt_tokenizer.GPTTokenizer`; None = the
+            model's own (``GPT.from_pretrained`` sets it).
+        text: the text (cut to the model's context length).
+    """
+    tokenizer = model.tokenizer if tokenizer is None else tokenizer
+    if tokenizer is None:
+        raise ValueError("tokenizer: this GPT has no tokenizer (no tokenizer.json); pass one")
+    if not text.strip():
+        raise ValueError("text: expected a sentence, got an empty string")
+    ids = _fit(tokenizer.encode(text), model.config.context_length, "text")
+    device = next(model.parameters()).device
+    with _EvalMode(model), torch.inference_mode():
+        out = model(torch.tensor([ids], device=device), return_weights=True, project=False)
+    return AttentionMaps(
+        src_tokens=_gpt_labels(tokenizer, ids),
+        encoder=_layers(out.weights),
+        source=text,
+        model_type="gpt",
+    )
+
+
 # --------------------------------------------------------------------------- model folders
 
 
@@ -270,49 +306,9 @@ def detect_model_type(folder: str | Path) -> str:
     """``"bert"`` for a Hugging Face BERT folder, ``"translation"`` for attnkit's own.
 
     A ``config.json`` with ``"model_type": "bert"`` or a Bert architecture is BERT; any other
-    is read as attnkit's translation format (which :func:`load_model` then checks).
+    is read as attnkit's translation format (:func:`attnkit.model_folder.folder_kind`; loading:
+    :func:`attnkit.model_folder.load_pretrained`).
     """
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise ValueError(f"--model {folder}: not a folder")
-    path = folder / "config.json"
-    if not path.is_file():
-        raise ValueError(
-            f"{path}: missing; expected a translation model folder (config.json, "
-            "model.safetensors, tokenizer.json) or a Hugging Face BERT folder"
-        )
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: not a valid JSON file ({err})") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{path}: expected a JSON object")
-    architectures = config.get("architectures") or []
-    if config.get("model_type") == "bert" or any("Bert" in str(a) for a in architectures):
-        return "bert"
-    return "translation"
+    from attnkit.model_folder import folder_kind, read_config
 
-
-class LoadedModel(NamedTuple):
-    """What :func:`load_model` returns."""
-
-    model_type: str  # "bert" or "translation"
-    model: torch.nn.Module  # in eval mode
-    tokenizer: object  # BertTokenizer or SubwordTokenizer
-    folder: Path
-
-
-def load_model(folder: str | Path | None) -> LoadedModel:
-    """Load a translation or BERT folder (:func:`detect_model_type`); None = the shipped
-    translation model (a clear FileNotFoundError when it is not installed)."""
-    from attnkit.decoding.loading import load_translation_model, resolve_model_dir
-
-    folder = resolve_model_dir(folder)
-    model_type = detect_model_type(folder)
-    if model_type == "bert":
-        from attnkit.models.bert import BertModel
-
-        model = BertModel.from_pretrained(folder)
-        return LoadedModel(model_type, model, model.tokenizer, folder)
-    loaded = load_translation_model(folder)
-    return LoadedModel(model_type, loaded.model, loaded.tokenizer, folder)
+    return "bert" if folder_kind(read_config(folder)) == "bert" else "translation"

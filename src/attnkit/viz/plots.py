@@ -20,9 +20,13 @@ import os
 from collections.abc import Sequence
 
 import torch
-from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
 from torch import Tensor
+
+from attnkit.extras import require
+
+# matplotlib is the `plot` extra: a clear ImportError naming it when it is missing.
+Figure = require("matplotlib.figure", extra="plot", feature="attnkit.viz.plots").Figure
+Rectangle = require("matplotlib.patches", extra="plot", feature="attnkit.viz.plots").Rectangle
 
 __all__ = ["alignment", "head_grid", "heatmap"]
 

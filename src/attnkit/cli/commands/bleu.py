@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from attnkit.cli.options import check_input_path, integer, real
+
 NAME = "bleu"
 HELP = "BLEU of a hypothesis file against one or more reference files (= sacreBLEU)"
 DESCRIPTION = """\
@@ -14,8 +16,11 @@ its signature (sacreBLEU's text format; -w 1 gives its default width):
 
   BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:0.1.0 = 34.12 65.3/40.1/27.0/19.2 (BP = 0.987 ratio = 0.987 hyp_len = 12000 ref_len = 12160)
 
-Files are UTF-8, one segment per line; HYP may be - for standard input and names ending in .gz
-are decompressed. Give -r once per reference set (several references per line).
+Files are UTF-8, one segment per line, split on newlines only (a CR before the newline is
+dropped, a UTF-8 byte-order mark at the start of a file too); HYP or one REF may be - for
+standard input, and gzip files are decompressed. A file that is not UTF-8 is an error naming
+its line and byte offset. Lines are scored as they are (BLEU strips their ends); empty files
+score 0. Give -r once per reference set (several references per line).
 
 --json prints one object with name, score, signature, verbose_score, counts, totals,
 precisions, bp, ratio, sys_len, ref_len and the signature fields; with --ci also "confidence".
@@ -45,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="smoothing: none, floor, add-k or exp (default: %(default)s)",
     )
     parser.add_argument(
-        "-sv", "--smooth-value", type=float, default=None, metavar="V",
+        "-sv", "--smooth-value", type=real(0), default=None, metavar="V",
         help="value for floor (default 0.1) or add-k (default 1)",
     )
     parser.add_argument(
@@ -53,18 +58,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="add a 95%% bootstrap confidence interval (sacreBLEU's --confidence)",
     )
     parser.add_argument(
-        "--ci-samples", "--confidence-n", dest="ci_samples", type=int, default=1000, metavar="N",
-        help="bootstrap resamples for --ci (default: %(default)s)",
+        "--ci-samples", "--confidence-n", dest="ci_samples", type=integer(2),
+        default=1000, metavar="N",
+        help="bootstrap resamples for --ci, >= 2; resamples x lines at most 2**27 (default: %(default)s)",
     )
     parser.add_argument(
-        "--seed", type=int, default=12345,
+        "--seed", type=integer(0), default=12345,
         help="seed of the bootstrap resampling (default: %(default)s, as sacreBLEU)",
     )
     parser.add_argument("--sentence", action="store_true", help="one score per line")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the text line")
     parser.add_argument(
-        "-w", "--width", type=int, default=2, metavar="W",
-        help="decimals of the score in the text line (default: %(default)s; sacreBLEU uses 1)",
+        "-w", "--width", type=integer(0, 16), default=2, metavar="W",
+        help="decimals of the score in the text line, 0 to 16 (default: %(default)s; sacreBLEU uses 1)",
     )
 
 
@@ -104,10 +110,11 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.ci and args.sentence:
         raise ValueError("--ci: confidence intervals are for corpus scores, not with --sentence")
-    if args.ci_samples < 2:
-        raise ValueError(f"--ci-samples: expected at least 2 resamples, got {args.ci_samples}")
-    if args.width < 0:
-        raise ValueError(f"--width: expected a non-negative integer, got {args.width}")
+    paths = [("HYP", args.hypothesis), *(("-r", ref) for ref in args.refs)]
+    if sum(path == "-" for _, path in paths) > 1:
+        raise ValueError("HYP, -r: only one of the files can be - (standard input)")
+    for flag, path in paths:
+        check_input_path(path, flag)
 
     hypotheses, references = read_corpus(args.hypothesis, args.refs)
     stats = bleu_statistics(

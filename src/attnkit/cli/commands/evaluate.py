@@ -7,6 +7,7 @@ import json
 import sys
 
 from attnkit.cli.commands.translate import add_decoding_arguments, build_translator, warn_truncated
+from attnkit.cli.options import STDIN, check_input_path
 
 NAME = "evaluate"
 HELP = "translate a test set and print BLEU (13a, cased, detokenized) and speed"
@@ -15,6 +16,12 @@ Translate a test set and score it with attnkit's BLEU (equal to sacreBLEU: detok
 cased, 13a tokenization), printing the score, its signature and the decoding speed in
 sentences per second (model loading excluded). Without --model, the shipped multi30k_de_en
 model is used; without --src/--ref, Multi30k test2016 German -> English.
+
+--src and --ref are UTF-8 files (.gz allowed) with one sentence a line and the same number of
+lines; either (not both) may be - for standard input. Source lines are normalised as
+`attnkit translate` does (byte-order mark dropped, control characters and runs of white space
+become one space, ends stripped; an empty line gives an empty translation); references are
+scored as they are. An empty file is an error.
 
 --json prints one object: {"bleu": ..., "signature": ..., "sentences_per_sec": ...,
 "sentences": ..., "seconds": ..., "model": ..., "beam": ...}
@@ -34,8 +41,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--src-lang", default="de", help="Multi30k source language (default de)")
     parser.add_argument("--tgt-lang", default="en", help="Multi30k reference language (default en)")
-    parser.add_argument("--src", metavar="FILE", default=None, help="source sentences, one a line")
-    parser.add_argument("--ref", metavar="FILE", default=None, help="references, one a line")
+    parser.add_argument(
+        "--src", metavar="FILE", default=None, help="source sentences, one a line (- = stdin)"
+    )
+    parser.add_argument(
+        "--ref", metavar="FILE", default=None, help="references, one a line (- = stdin)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_decoding_arguments(parser)
 
@@ -48,6 +59,10 @@ def _test_set(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
     if args.src is not None:
         if args.split is not None:
             raise ValueError(f"--split {args.split} and --src/--ref exclude each other")
+        if args.src == args.ref == STDIN:
+            raise ValueError("--src and --ref: only one of them can be - (standard input)")
+        check_input_path(args.src, "--src")
+        check_input_path(args.ref, "--ref")
         corpus = load_parallel(args.src, args.ref)
         return corpus.src, corpus.tgt, f"{args.src} -> {args.ref}"
     split = args.split or "test2016"

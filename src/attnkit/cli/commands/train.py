@@ -20,6 +20,13 @@ The run folder OUT receives:
   config.toml     the resolved config
   last/, best/    checkpoints: model.safetensors, config.json, tokenizer.json, state.json
                   (+ resume.pt in last/), written atomically
+  .attnkit.lock   held while a process writes the run: a second train or --resume into the
+                  same folder is refused; a killed run's lock is released by the system
+
+OUT must be new or empty: a folder holding anything else (another run, or files attnkit did
+not write) is refused and left untouched. --resume may change budgets, evaluation and other
+[optim] keys and the dropouts, but not the [model] keys or the [data] keys that made the
+saved weights and tokenizer.
 
 Several processes: torchrun --nproc-per-node 2 -m attnkit train ... (DistributedDataParallel,
 gloo on CPU, nccl on CUDA; max_tokens is per process, so the global batch grows with them).
@@ -52,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out",
         metavar="DIR",
         help="run folder for metrics, log and checkpoints (required unless --resume); "
-        "must not already hold a run",
+        "must be new or empty",
     )
     parser.add_argument(
         "--resume",
@@ -64,14 +71,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-steps",
         type=int,
         metavar="N",
-        help="stop after N optimizer steps in total (overrides optim.max_steps)",
+        help="stop after N optimizer steps in total, resumed steps included; 0 = no step "
+        "limit (overrides optim.max_steps)",
     )
     parser.add_argument(
         "--max-minutes",
         type=float,
         metavar="M",
-        help="stop after M minutes of wall time, resumed time included "
-        "(overrides optim.max_minutes)",
+        help="stop after M minutes of wall time, resumed time included: a step is started "
+        "only if it should end within M; 0 = no time limit (overrides optim.max_minutes)",
     )
     parser.add_argument(
         "--no-progress", action="store_true", help="no progress bar (the log still records)"
@@ -79,10 +87,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace):
+    import os
     from pathlib import Path
 
-    from attnkit.training.checkpoint import find_checkpoint, read_config
+    from attnkit.training.checkpoint import find_checkpoint, read_train_config
     from attnkit.training.config import TrainConfig
+    from attnkit.training.limits import check_range
 
     if args.resume:
         if args.config:
@@ -95,7 +105,9 @@ def _config(args: argparse.Namespace):
         folder = find_checkpoint(Path(args.resume) / "last")
         if folder is None:
             raise ValueError(f"--resume {args.resume!r}: no `last` checkpoint in that folder")
-        config = read_config(folder).with_overrides(args.overrides)
+        config = read_train_config(folder).with_overrides(
+            args.overrides, source=f"the run's saved config {os.fspath(folder / 'config.json')!r}"
+        )
         out = args.resume
     else:
         if not args.config:
@@ -105,11 +117,18 @@ def _config(args: argparse.Namespace):
         config = TrainConfig.from_toml(args.config, args.overrides)
         out = args.out
     budgets = []
-    if args.max_steps is not None:
-        budgets.append(f"optim.max_steps={args.max_steps}")
-    if args.max_minutes is not None:
-        budgets.append(f"optim.max_minutes={args.max_minutes}")
-    return config.with_overrides(budgets), out
+    for flag, key, value in (
+        ("--max-steps", "optim.max_steps", args.max_steps),
+        ("--max-minutes", "optim.max_minutes", args.max_minutes),
+    ):
+        if value is None:
+            continue
+        try:
+            check_range(key, value)
+        except ValueError as err:
+            raise ValueError(f"{flag} {value}: {str(err).partition(': ')[2]}") from None
+        budgets.append(f"{key}={value!r}")
+    return config.with_overrides(budgets, source="command line"), out
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,21 +5,50 @@ from __future__ import annotations
 import argparse
 import sys
 
+from attnkit.cli.options import (
+    check_input_path,
+    check_output_path,
+    integer,
+    real,
+    resolve_device,
+    threads,
+    write_text,
+)
+
 NAME = "translate"
 HELP = "translate sentences (one a line) with a translation model"
 DESCRIPTION = """\
-Translate one sentence a line from standard input (or --input FILE) to standard output, in
-the same order. An empty line gives an empty line. Without --model, the model shipped in
-attnkit/pretrained/multi30k_de_en (German -> English, Multi30k) is used.
+Translate one sentence a line from standard input (or --input FILE, - for standard input) to
+standard output (or --output FILE), in the same order: N lines in, N lines out. Without
+--model, the model shipped in attnkit/pretrained/multi30k_de_en (German -> English,
+Multi30k) is used.
 
-Lines are sorted by length and batched under --batch-tokens (which changes the speed, never
-the output). A line longer than the model allows is cut to fit; a warning on standard error
-counts such lines. A line that is not UTF-8 is an error naming its line number.
+Input is UTF-8 (a line that is not is an error naming the line and byte offset; a gzip file
+is decompressed). Each line is normalised before translation: a byte-order mark is dropped,
+control characters (NUL included) become spaces, runs of white space (spaces, tabs,
+no-break and other Unicode spaces) become one space, and both ends are stripped. A line
+that is then empty gives an empty line, without running the model.
+
+Lines are sorted by length and batched under --batch-tokens, and a batch is split further
+when its decoder caches would not fit in half the free memory (neither changes the output).
+--beam goes up to 1024 and is also refused, with the memory it would need, when one
+sentence's search cannot fit in memory. A line longer than the model allows is cut to fit;
+a warning on standard error counts such lines. --output is written whole or not at all (a
+full disk leaves the old file as it was).
 
 examples:
   echo "Ein Hund rennt über eine Wiese." | attnkit translate
-  attnkit translate --model runs/multi30k --input test.de --beam 5 > test.hyp.en
+  attnkit translate --model runs/multi30k --input test.de --beam 5 --output test.hyp.en
 """
+
+_FLAGS = {
+    "beam_size": "--beam",
+    "max_len_a": "--max-len-a",
+    "max_len_b": "--max-len-b",
+    "min_len": "--min-len",
+    "lenpen": "--lenpen",
+    "n_best": "--beam",
+}
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,25 +60,37 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         help="model folder (config.json, model.safetensors, tokenizer.json); "
         "default: the shipped multi30k_de_en model",
     )
-    parser.add_argument("--beam", type=int, default=5, help="beam size; 1 = greedy (default 5)")
+    parser.add_argument(
+        "--beam", type=integer(1), default=5, metavar="K",
+        help="beam size, 1 to 1024 (and what memory allows); 1 = greedy (default 5)",
+    )  # fmt: skip
     parser.add_argument(
         "--batch-tokens",
-        type=int,
+        type=integer(1),
         default=4000,
         metavar="N",
-        help="padded source tokens per batch (default 4000)",
+        help="padded source tokens per batch, >= 1 (default 4000)",
     )
     parser.add_argument(
         "--max-len-a",
-        type=float,
+        type=real(0),
         default=1.2,
-        help="output limit = a * source tokens + b (default a=1.2)",
+        metavar="A",
+        help="output limit = A * source tokens + B, capped by the model's length; "
+        "A finite, >= 0 (default 1.2)",
     )
-    parser.add_argument("--max-len-b", type=int, default=10, help="see --max-len-a (default 10)")
-    parser.add_argument("--min-len", type=int, default=1, help="shortest output in tokens")
     parser.add_argument(
-        "--lenpen", type=float, default=1.0, help="length penalty exponent (default 1.0)"
-    )
+        "--max-len-b", type=integer(0), default=10, metavar="B",
+        help="see --max-len-a; >= 0 (default 10)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--min-len", type=integer(0), default=1, metavar="N",
+        help="shortest output in tokens, >= 0 (default 1)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--lenpen", type=real(), default=1.0, metavar="ALPHA",
+        help="length penalty exponent, finite (default 1.0)",
+    )  # fmt: skip
     parser.add_argument(
         "--lenpen-style",
         choices=("fairseq", "gnmt"),
@@ -63,11 +104,14 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         help="recompute the prefix at every step instead of using the KV cache (slow)",
     )
     parser.add_argument(
-        "--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available)"
+        "--device",
+        default=None,
+        help="cpu, cuda, cuda:N or mps, if this machine has it (default: cuda if available)",
     )
     parser.add_argument(
-        "--threads", type=int, default=None, help="CPU threads for torch (default: torch's)"
-    )
+        "--threads", type=threads, default=None, metavar="N",
+        help="CPU threads for torch, 1 to the CPUs available (default: torch's)",
+    )  # fmt: skip
     parser.add_argument(
         "--dtype",
         choices=("float32", "bfloat16", "float16"),
@@ -76,56 +120,44 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def decoding_config(args: argparse.Namespace):
+    """The :class:`DecodingConfig` of ``args``; its errors name the flag, not the field."""
+    from attnkit.decoding import DecodingConfig
+
+    try:
+        return DecodingConfig(
+            beam_size=args.beam,
+            max_len_a=args.max_len_a,
+            max_len_b=args.max_len_b,
+            min_len=args.min_len,
+            lenpen=args.lenpen,
+            lenpen_style=args.lenpen_style,
+            use_cache=args.use_cache,
+        )
+    except ValueError as err:
+        message = str(err)
+        for field, flag in _FLAGS.items():
+            if message.startswith(field + ":"):
+                message = flag + message[len(field) :]
+                break
+        raise ValueError(message) from None
+
+
 def build_translator(args: argparse.Namespace):
-    """Load the model of ``args`` and wrap it in a Translator (heavy imports here)."""
+    """Check ``args``, then load the model and wrap it in a Translator (heavy imports here).
+
+    The bos and eos ids come from the model's tokenizer.
+    """
     import torch
 
-    from attnkit.decoding import DecodingConfig, Translator, load_translation_model
+    from attnkit.decoding import Translator, load_translation_model
 
-    if args.beam < 1:
-        raise ValueError(f"--beam: expected >= 1, got {args.beam}")
-    if args.batch_tokens < 1:
-        raise ValueError(f"--batch-tokens: expected >= 1, got {args.batch_tokens}")
+    config = decoding_config(args)  # before loading: a bad flag costs nothing
+    device = resolve_device(args.device)
     if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads: expected >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     loaded = load_translation_model(args.model, device=device, dtype=getattr(torch, args.dtype))
-    config = DecodingConfig(
-        beam_size=args.beam,
-        max_len_a=args.max_len_a,
-        max_len_b=args.max_len_b,
-        min_len=args.min_len,
-        lenpen=args.lenpen,
-        lenpen_style=args.lenpen_style,
-        use_cache=args.use_cache,
-        bos_id=loaded.tokenizer.bos_id,
-        eos_id=loaded.tokenizer.eos_id,
-    )
     return Translator(loaded.model, loaded.tokenizer, config, batch_tokens=args.batch_tokens)
-
-
-def decode_lines(data: bytes, source: str) -> list[str]:
-    """Split bytes into lines ("\\n" or "\\r\\n") and decode each as UTF-8.
-
-    Raises:
-        ValueError: naming ``source`` and the 1-based line number of a non-UTF-8 line.
-    """
-    raw = data.split(b"\n")
-    if raw and raw[-1] == b"":
-        raw.pop()  # a final newline does not start another line
-    lines = []
-    for number, line in enumerate(raw, start=1):
-        try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise ValueError(
-                f"{source}: line {number} is not valid UTF-8 (byte "
-                f"{line[err.start : err.start + 1]!r} at column {err.start + 1})"
-            ) from None
-        lines.append(text[:-1] if text.endswith("\r") else text)
-    return lines
 
 
 def warn_truncated(result, command: str) -> None:
@@ -142,24 +174,31 @@ def warn_truncated(result, command: str) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--input", metavar="FILE", default=None, help="read this file instead of standard input"
-    )
+        "-i", "--input", metavar="FILE", default="-",
+        help="read this file (UTF-8, .gz allowed) instead of standard input; - = standard input",
+    )  # fmt: skip
+    parser.add_argument(
+        "-o", "--output", metavar="FILE", default="-",
+        help="write this file instead of standard output; - = standard output",
+    )  # fmt: skip
     add_decoding_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.input is None:
-        data, source = sys.stdin.buffer.read(), "<stdin>"
-    else:
-        with open(args.input, "rb") as f:
-            data, source = f.read(), args.input
-    lines = decode_lines(data, source)
+    from attnkit.metrics.io import read_lines
+
+    check_input_path(args.input, "--input")
+    if args.output != "-":
+        check_output_path(args.output, "--output")
+    lines = read_lines(args.input)
     translator = build_translator(args)
     result = translator.translate(lines)
     warn_truncated(result, NAME)
-    out = sys.stdout
-    for text in result.translations:
-        # A generated newline would break the line-for-line correspondence.
-        out.write(text.replace("\r", " ").replace("\n", " ") + "\n")
-    out.flush()
+    # A generated newline would break the line-for-line correspondence.
+    text = "".join(t.replace("\r", " ").replace("\n", " ") + "\n" for t in result.translations)
+    if args.output == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        write_text(args.output, text)
     return 0

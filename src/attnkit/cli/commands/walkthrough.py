@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from attnkit.cli.options import check_output_path, check_text_argument, integer
+
 NAME = "walkthrough"
 HELP = "print seed 000's self-attention computation step by step"
 DESCRIPTION = """\
@@ -23,26 +25,39 @@ with the words on both axes; the row of the token followed above is outlined:
 
 
 PLOT_FORMATS = (".png", ".svg", ".pdf")
+MAX_SIZE = 1024  # d_model, d_k, d_v: the 50,000-row embedding table takes 50,000 x d_model floats
+MAX_WORDS = 512  # the T x T weights are printed and drawn
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "sentence", nargs="?", default="The sun rises in the east", help="words to attend over"
+        "sentence", nargs="?", default="The sun rises in the east", help=f"words to attend over, split on white space (1 to {MAX_WORDS})"
     )
-    parser.add_argument("--seed", type=int, default=123, help="random seed (default 123)")
-    parser.add_argument("--d-model", type=int, default=3, help="embedding size (default 3)")
-    parser.add_argument("--d-k", type=int, default=2, help="query/key size (default 2)")
-    parser.add_argument("--d-v", type=int, default=4, help="value size (default 4)")
+    parser.add_argument(
+        "--seed", type=integer(0, 2**64 - 1), default=123,
+        help="random seed, 0 to 2**64 - 1 (default 123)",
+    )  # fmt: skip
+    size = integer(1, MAX_SIZE)
+    parser.add_argument(
+        "--d-model", type=size, default=3, help=f"embedding size, 1 to {MAX_SIZE} (default 3)"
+    )
+    parser.add_argument(
+        "--d-k", type=size, default=2, help=f"query/key size, 1 to {MAX_SIZE} (default 2)"
+    )
+    parser.add_argument(
+        "--d-v", type=size, default=4, help=f"value size, 1 to {MAX_SIZE} (default 4)"
+    )
     parser.add_argument(
         "--token",
-        type=int,
+        type=integer(1, what="a 1-based position"),
         default=None,
-        help="1-based position of the token followed step by step (default 3, the seed's "
-        "third token, or the last one in shorter sentences)",
+        help="1-based position of the token followed step by step, 1 to the number of words "
+        "(default 3, the seed's third token, or the last one in shorter sentences)",
     )
     parser.add_argument(
-        "--precision", type=int, default=4, help="decimals printed (default 4, as the seed)"
-    )
+        "--precision", type=integer(0, 16), default=4,
+        help="decimals printed, 0 to 16 (default 4, as the seed)",
+    )  # fmt: skip
     parser.add_argument(
         "--plot",
         metavar="FILE",
@@ -60,12 +75,23 @@ def run(args: argparse.Namespace) -> int:
 
     from attnkit.walkthrough import walkthrough
 
-    if args.plot is not None and not args.plot.lower().endswith(PLOT_FORMATS):
+    if args.plot is not None:
+        if not args.plot.lower().endswith(PLOT_FORMATS):
+            raise ValueError(
+                f"--plot: expected a file ending in {', '.join(PLOT_FORMATS)}, got {args.plot!r}"
+            )
+        check_output_path(args.plot, "--plot")
+    n_words = len(check_text_argument(args.sentence, "SENTENCE").split())
+    if n_words == 0:
+        raise ValueError("SENTENCE: expected at least one word, got an empty sentence")
+    if n_words > MAX_WORDS:
+        raise ValueError(f"SENTENCE: expected at most {MAX_WORDS} words, got {n_words}")
+    if args.token is not None and args.token > n_words:
         raise ValueError(
-            f"--plot: expected a file ending in {', '.join(PLOT_FORMATS)}, got {args.plot!r}"
+            f"--token: expected a position from 1 to {n_words} (the sentence's words), "
+            f"got {args.token}"
         )
-    n_words = len(args.sentence.split())
-    token = args.token if args.token is not None else min(3, max(n_words, 1))
+    token = args.token if args.token is not None else min(3, n_words)
     w = walkthrough(
         args.sentence,
         seed=args.seed,

@@ -1,4 +1,4 @@
-"""Helpers of the visualisation tests: small models and an image check.
+"""Helpers of the visualisation and ``attnkit attention`` tests: small models and a PNG check.
 
 * a randomly initialised translation :class:`~attnkit.models.Transformer` (2 + 2 layers of 4
   heads) with a :class:`~attnkit.data.SubwordTokenizer` trained on 300 Multi30k pairs, saved
@@ -6,8 +6,7 @@
   ``attnkit attention --model DIR`` and ``load_translation_model`` read);
 * the real all-MiniLM-L6-v2 checkpoint (6 layers of 12 heads) for BERT.
 
-The command-line tests in ``tests/cli/`` load this file by path (it is not importable from there),
-so it must not import other test modules.
+Used by ``tests/viz/`` and the command-line tests in ``tests/cli/``.
 """
 
 from __future__ import annotations
@@ -21,6 +20,8 @@ from attnkit.decoding import save_translation_model
 from attnkit.models import Transformer, TransformerConfig
 
 PAIRS = 300
+SENTENCE = "Ein Mann fährt Fahrrad."  # what the visualisation tests capture
+TARGET = "A man rides a bike."
 NUM_LAYERS = 2
 NUM_HEADS = 4
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
+# The Multi30k copy shipped in the package (src/attnkit/data/multi30k): in every clone.
+DATA_DIR = Path(__file__).resolve().parents[2] / "src" / "attnkit" / "data" / "multi30k"
 
 UNICODE = [
     "café", "naïve", "Ørsted", "İstanbul", "STRASSE", "Straße", "ẞ", "ΣΊΣΥΦΟΣ", "ﬁne", "Ǆemal",

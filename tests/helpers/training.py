@@ -1,4 +1,4 @@
-"""Shared helpers for the training tests: the tiny copy-task config and CLI subprocesses."""
+"""Helpers of the training tests: the tiny copy-task configs, CLI subprocesses, saved weights."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from attnkit.training.config import TrainConfig
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 CONFIGS = ROOT / "configs"
 TINY_COPY = CONFIGS / "tiny_copy.toml"
 

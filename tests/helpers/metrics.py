@@ -1,4 +1,5 @@
-"""sacreBLEU results for the test corpora, computed once per session, and comparison helpers."""
+"""Helpers of the BLEU tests: sacreBLEU's results for the test corpora (computed once per
+session) and comparisons with them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from functools import cache
 import pytest
 from sacrebleu.metrics import BLEU
 
-from .corpora import corpus
+from tests.helpers.corpora import corpus
 
 TOL = 1e-9
 """Every float must equal sacreBLEU's to this (in practice they are bit-identical)."""
@@ -58,7 +59,3 @@ def sacre_rows(name: str, tokenize: str, lowercase: bool, kind: str) -> list[tup
     rows = metric._extract_corpus_statistics(list(c.hypotheses), c.references(kind))
     return [tuple(int(x) for x in row) for row in rows]
 
-
-@pytest.fixture(scope="session")
-def sacre():
-    return sacre_corpus

@@ -1,0 +1,201 @@
+"""`attnkit generate`: continue prompts with a GPT model (greedy or sampled, streamed or not)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from attnkit.cli.options import (
+    STDIN,
+    check_text_argument,
+    integer,
+    real,
+    resolve_device,
+    threads,
+)
+
+NAME = "generate"
+HELP = "continue text with a GPT model (Hugging Face GPT-2 folder)"
+DESCRIPTION = """\
+Continue PROMPT, or every line of standard input (one prompt a line) when PROMPT is absent,
+with a GPT model read from a Hugging Face GPT-2 folder (config.json, model.safetensors,
+tokenizer.json). No GPT model is shipped yet, so --model is required.
+
+Decoding: greedy by default (--temperature 0). --temperature T > 0 samples from
+softmax(logits / T); --top-k and --top-p restrict the sampling (they imply --temperature 1
+when no temperature is given); --seed makes sampling reproducible. --repetition-penalty
+discourages ids already seen (prompt included). Generation ends at the model's end-of-text
+id, at any --stop string (the text is cut before it) or after --max-new-tokens.
+
+Output: each prompt followed by its continuation, then a newline. --stream writes the text
+as it is generated (whole UTF-8 characters only; prompts one after the other). --json writes
+one JSON object a line per prompt: prompt, text, token ids, the model's log-probability of
+each id (natural log, before temperature or filtering) and why it stopped.
+
+examples:
+  attnkit generate --model gpt2 "The meaning of life is" --max-new-tokens 40
+  attnkit generate --model gpt2 "Once upon a time" --temperature 0.8 --top-p 0.95 --seed 0 --stream
+  printf 'Hello\\nThe cat\\n' | attnkit generate --model gpt2 --json --max-new-tokens 10
+"""
+
+NO_MODEL = "no GPT model is shipped yet; pass --model DIR (a Hugging Face GPT-2 folder)"
+
+
+def _above_zero(high: float | None, what: str):
+    """An argparse ``type``: a finite number in ``(0, high]``."""
+    parse_real = real(0.0, high, what=what)
+
+    def parse(text: str) -> float:
+        value = parse_real(text)
+        if value == 0:
+            bound = f"0 < value <= {high}" if high is not None else "a number > 0"
+            raise argparse.ArgumentTypeError(f"expected {bound}, got {text!r}")
+        return value
+
+    parse.__name__ = "real"
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "prompt", metavar="PROMPT", nargs="?", default=None,
+        help="text to continue (default: every line of standard input)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--model", metavar="DIR", default=None,
+        help="Hugging Face GPT-2 folder (config.json, model.safetensors, tokenizer.json)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-new-tokens", type=integer(1), default=64, metavar="N",
+        help="tokens to generate at most per prompt (default 64; prompt + N <= context length)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--temperature", type=real(0.0), default=None, metavar="T",
+        help="0 = greedy (the default); > 0 = sample (1 when --top-k/--top-p is given)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--top-k", type=integer(0), default=0, metavar="K",
+        help="sample from the K most probable ids (default 0 = off)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--top-p", type=_above_zero(1.0, "a probability"), default=1.0, metavar="P",
+        help="sample from the smallest set with probability >= P, 0 < P <= 1 (default 1 = off)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--repetition-penalty", type=_above_zero(None, "a penalty"), default=1.0, metavar="R",
+        help="> 1 discourages ids already seen, prompt included (default 1 = off)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--stop", action="append", default=[], metavar="TEXT",
+        help="stop when this text appears (repeatable); the output is cut before it",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=integer(), default=None, help="seed for sampling (an integer)")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--stream", action="store_true", help="write text as it is generated")
+    output.add_argument(
+        "--json", action="store_true", help="one JSON object a line: text, token ids, log-probs"
+    )
+    parser.add_argument(
+        "--batch-size", type=integer(1), default=8, metavar="B",
+        help="prompts generated together (default 8; changes the speed, not greedy output)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--dtype", choices=("float32", "bfloat16"), default="float32",
+        help="compute dtype (default float32; weights are cast on load)",
+    )  # fmt: skip
+    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
+    parser.add_argument("--threads", type=threads, default=None, help="CPU threads for torch")
+
+
+def build_config(args: argparse.Namespace, context_length: int):
+    """The GenerationConfig of ``args`` (ranges are checked by argparse); errors name the flag."""
+    from attnkit.generation import GenerationConfig
+
+    if args.max_new_tokens >= context_length:
+        raise ValueError(
+            f"--max-new-tokens: expected at most {context_length - 1} (the model's context "
+            f"length {context_length} minus at least one prompt token), got {args.max_new_tokens}"
+        )
+    sampling_filters = bool(args.top_k) or args.top_p < 1
+    temperature = args.temperature
+    if temperature is None:
+        temperature = 1.0 if sampling_filters else 0.0
+    if temperature == 0 and sampling_filters:
+        raise ValueError(
+            "--top-k/--top-p: they shape sampling, but --temperature 0 means greedy; "
+            "give a temperature > 0 or leave it out"
+        )
+    for i, stop in enumerate(args.stop):
+        if not stop:
+            raise ValueError("--stop: expected non-empty text, got ''")
+        check_text_argument(stop, f"--stop #{i + 1}")
+    return GenerationConfig(
+        max_new_tokens=args.max_new_tokens,
+        temperature=temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        repetition_penalty=args.repetition_penalty,
+        stop_strings=tuple(args.stop),
+        seed=args.seed,
+    )
+
+
+def load(args: argparse.Namespace):
+    """The GPT of ``--model`` (heavy imports here)."""
+    import torch
+
+    from attnkit.models import GPT
+
+    if args.model is None:
+        raise ValueError(NO_MODEL)
+    device = resolve_device(args.device)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    model = GPT.from_pretrained(args.model, device=device, dtype=getattr(torch, args.dtype))
+    if model.tokenizer is None:
+        raise ValueError(f"{args.model}: no tokenizer.json; generate needs the model's tokenizer")
+    return model
+
+
+def _prompts(args: argparse.Namespace) -> list[str]:
+    if args.prompt is not None:
+        return [check_text_argument(args.prompt, "PROMPT")]
+    from attnkit.metrics.io import read_lines
+
+    return read_lines(STDIN)
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnkit.generation import generate_text, stream_text
+
+    model = load(args)
+    config = build_config(args, model.config.context_length)
+    prompts = _prompts(args)
+    out = sys.stdout
+    if args.stream:
+        for prompt in prompts:
+            out.write(prompt)
+            out.flush()
+            for piece in stream_text(model, None, prompt, config):
+                out.write(piece)
+                out.flush()
+            out.write("\n")
+            out.flush()
+        return 0
+    for start in range(0, len(prompts), args.batch_size):
+        batch = prompts[start : start + args.batch_size]
+        for prompt, result in zip(batch, generate_text(model, None, batch, config), strict=True):
+            if args.json:
+                record = {
+                    "prompt": prompt,
+                    "text": result.text,
+                    "token_ids": result.tokens,
+                    "logprobs": [round(lp, 6) for lp in result.logprobs],
+                    "finish_reason": result.finish_reason,
+                }
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            else:
+                out.write(prompt + result.text + "\n")
+        out.flush()
+    return 0

@@ -1,0 +1,176 @@
+"""Checks shared by the commands: numeric flags, devices, output paths and text arguments.
+
+Numeric flags are checked by argparse ``type`` functions, so a bad value ends in argparse's
+usage line and ``attnkit CMD: error: argument --beam: expected an integer >= 1, got '0'``
+(exit 2) before anything is loaded. Devices and paths are checked before a model is loaded,
+so a typo does not cost the loading time. Nothing here imports torch at import time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from pathlib import Path
+
+STDIN = "-"
+
+
+def integer(low: int | None = None, high: int | None = None, *, what: str = "an integer"):
+    """An argparse ``type``: an integer in ``[low, high]`` (either bound may be None)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or (low is not None and value < low) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"expected {_range(what, low, high)}, got {text!r}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def real(low: float | None = None, high: float | None = None, *, what: str = "a number"):
+    """An argparse ``type``: a finite float in ``[low, high]`` (nan and inf are refused)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        ok = math.isfinite(value)
+        ok = ok and (low is None or value >= low) and (high is None or value <= high)
+        if not ok:
+            raise argparse.ArgumentTypeError(
+                f"expected {_range('a finite ' + what.removeprefix('a '), low, high)}, "
+                f"got {text!r}"
+            )
+        return value
+
+    parse.__name__ = "real"
+    return parse
+
+
+def _range(what: str, low, high) -> str:
+    if low is not None and high is not None:
+        return f"{what} from {low} to {high}"
+    if low is not None:
+        return f"{what} >= {low}"
+    if high is not None:
+        return f"{what} <= {high}"
+    return what
+
+
+def threads(text: str) -> int:
+    """An argparse ``type`` for ``--threads``: 1 to the number of CPUs this process may use."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return integer(1, cpus or 1, what="a thread count")(text)
+
+
+def resolve_device(name: str | None):
+    """The ``torch.device`` for ``--device``: validated against what this torch build has.
+
+    None picks cuda when it is available, else cpu. ``cuda`` / ``cuda:N`` need CUDA and
+    ``N < torch.cuda.device_count()``; ``mps`` needs Apple's MPS backend.
+
+    Raises:
+        ValueError: naming the device given and the devices available.
+    """
+    import torch
+
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    available = ["cpu"]
+    if torch.cuda.is_available():
+        count = torch.cuda.device_count()
+        available += ["cuda", *(f"cuda:{i}" for i in range(count))]
+    if torch.backends.mps.is_available():
+        available.append("mps")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        device = None
+    ok = device is not None and (
+        device.index in (None, 0) if device.type == "cpu" else str(device) in available
+    )
+    if not ok:
+        raise ValueError(
+            f"--device: {name!r} is not available here; available: {', '.join(available)}"
+        )
+    return device
+
+
+def check_output_path(path: str | os.PathLike, flag: str) -> Path:
+    """Check, before any work, that a file can be written at ``path``.
+
+    Raises:
+        ValueError: if the path is a directory, its folder does not exist or is not a folder,
+            or the file or folder is not writable (naming ``flag`` and the path).
+    """
+    out = Path(path)
+    if str(path) == "":
+        raise ValueError(f"{flag}: expected a file name, got an empty string")
+    if out.is_dir():
+        raise ValueError(f"{flag}: {str(out)!r} is a directory, expected a file name")
+    folder = out.parent
+    if not folder.exists():
+        raise ValueError(f"{flag}: the folder {str(folder)!r} of {str(out)!r} does not exist")
+    if not folder.is_dir():
+        raise ValueError(f"{flag}: {str(folder)!r} is not a folder, so {str(out)!r} cannot be made")
+    if out.exists() and not os.access(out, os.W_OK):
+        raise ValueError(f"{flag}: {str(out)!r} is read-only")
+    if not out.exists() and not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag}: cannot create files in the read-only folder {str(folder)!r}")
+    return out
+
+
+def check_input_path(path: str | os.PathLike, flag: str) -> None:
+    """Check that ``path`` (or ``-``) names a readable file, naming ``flag`` otherwise.
+
+    Raises:
+        ValueError: if the path does not exist, is a directory or is not readable.
+    """
+    if str(path) == STDIN:
+        return
+    p = Path(path)
+    if not p.exists():
+        raise ValueError(f"{flag}: {str(p)!r} does not exist")
+    if p.is_dir():
+        raise ValueError(f"{flag}: {str(p)!r} is a directory, expected a text file")
+    if not os.access(p, os.R_OK):
+        raise ValueError(f"{flag}: {str(p)!r} is not readable (permission denied)")
+
+
+def check_text_argument(text: str, what: str) -> str:
+    """Refuse a command-line text that was not valid UTF-8.
+
+    Python keeps undecodable bytes of ``argv`` as lone surrogates (U+DC80-U+DCFF); they cannot
+    be tokenized or printed.
+
+    Raises:
+        ValueError: naming ``what`` and the character position of the first bad byte.
+    """
+    for i, ch in enumerate(text):
+        if "\udc80" <= ch <= "\udcff":
+            raise ValueError(
+                f"{what}: not valid UTF-8 (byte 0x{ord(ch) - 0xDC00:02x} at character {i + 1})"
+            )
+    return text
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` whole or not at all.
+
+    The text goes to a temporary file beside ``path`` that replaces it only once complete, so
+    a full disk or an interrupt never leaves half an output behind.
+    """
+    out = Path(path)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,70 @@
+"""What to generate and how: one frozen dataclass, checked when it is made."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["GenerationConfig"]
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """Settings of :func:`~attnkit.generation.generate` (Hugging Face's meanings and order).
+
+    ``temperature == 0`` is greedy decoding (the default): the most probable token after the
+    repetition penalty. ``top_k`` and ``top_p`` only shape sampling, so asking for them with
+    ``temperature == 0`` is an error rather than silently ignored.
+    """
+
+    max_new_tokens: int = 64  # tokens to generate per prompt (fewer if a row stops early)
+    temperature: float = 0.0  # 0 = greedy; > 0 = sample from softmax(logits / temperature)
+    top_k: int = 0  # keep the k most probable tokens when sampling; 0 = off
+    top_p: float = 1.0  # keep the smallest set with probability >= top_p; 1 = off
+    repetition_penalty: float = 1.0  # CTRL's penalty on ids seen (prompt included); 1 = off
+    eos_ids: tuple[int, ...] | None = None  # ids that end a row; None = the model's eos
+    stop_strings: tuple[str, ...] = ()  # text that ends a row (the text is cut before it)
+    seed: int | None = None  # seeds the sampler's torch.Generator; None = not reproducible
+    use_cache: bool = True  # False: recompute the whole prefix at every step (reference path)
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens: expected an integer >= 1, got {self.max_new_tokens!r}")
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            raise ValueError(f"temperature: expected a finite number >= 0 (0 = greedy), got {t!r}")
+        if not _is_int(self.top_k) or self.top_k < 0:
+            raise ValueError(f"top_k: expected an integer >= 0 (0 = off), got {self.top_k!r}")
+        if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not (
+            0 < self.top_p <= 1
+        ):
+            raise ValueError(f"top_p: expected 0 < top_p <= 1 (1 = off), got {self.top_p!r}")
+        if t == 0 and (self.top_k or self.top_p < 1):
+            raise ValueError(
+                f"top_k={self.top_k}, top_p={self.top_p}: they only apply when sampling, but "
+                "temperature=0 means greedy; pass a temperature > 0 (e.g. 1.0) to sample"
+            )
+        r = self.repetition_penalty
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not (0 < r < math.inf):
+            raise ValueError(f"repetition_penalty: expected a finite number > 0 (1 = off), got {r!r}")
+        if self.eos_ids is not None:
+            object.__setattr__(self, "eos_ids", tuple(self.eos_ids))
+            if not all(_is_int(i) and i >= 0 for i in self.eos_ids):
+                raise ValueError(f"eos_ids: expected ids >= 0, got {self.eos_ids!r}")
+        if isinstance(self.stop_strings, str):
+            raise TypeError(
+                f"stop_strings: expected a sequence of strings, got the string {self.stop_strings!r}"
+            )
+        object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
+        if not all(isinstance(s, str) and s for s in self.stop_strings):
+            raise ValueError(f"stop_strings: expected non-empty strings, got {self.stop_strings!r}")
+        if self.seed is not None and not _is_int(self.seed):
+            raise TypeError(f"seed: expected an int or None, got {self.seed!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0

@@ -1,0 +1,252 @@
+"""Token generation with a decoder-only model: prefill, one token at a time, batched prompts.
+
+The decoding is split as in gpt-fast's ``generate.py``:
+
+* :func:`prefill` runs the (left-padded) prompts once, filling the model's static KV cache
+  (:class:`~attnkit.models.GPTCache`, preallocated for prompt + new tokens), and returns the
+  logits of each prompt's last token (the output head runs on that position only, in the
+  faster weight layout: :mod:`~attnkit.generation.head`);
+* :func:`decode_one_token` runs the newest token of every row, reading and extending the cache;
+  with ``cache=None`` it recomputes the whole prefix instead (the reference path, and the
+  baseline of ``benchmarks/generate.py``);
+* :func:`generate_steps` loops: filters the logits (:mod:`~attnkit.generation.logits`),
+  picks the tokens (:mod:`~attnkit.generation.sampling`), stops rows at eos, at a stop
+  condition given by the caller (stop strings, see :mod:`~attnkit.generation.text`) or at
+  ``max_new_tokens``, and yields a :class:`Step` after every token; :func:`generate`
+  collects the steps.
+
+Batched prompts of different lengths are left-padded, so every row's last prompt token is in
+the last slot; the model gives each row its own positions (``cumsum(mask) - 1``) and never
+attends to padding. A row that finishes leaves the batch (its rows are dropped from the cache,
+the tokens and the penalty state), so it costs nothing afterwards and cannot change the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from attnkit.generation.config import GenerationConfig
+from attnkit.generation.head import OutputHead
+from attnkit.generation.logits import process_logits, seen_tokens
+from attnkit.generation.sampling import make_generator, select
+
+__all__ = [
+    "GenerationOutput",
+    "Step",
+    "decode_one_token",
+    "generate",
+    "generate_steps",
+    "pad_prompts",
+    "prefill",
+    "resolve_eos",
+]
+
+FINISH_REASONS = ("eos", "stop", "length")
+
+
+@dataclass
+class Step:
+    """One decoding step, for the rows still generating.
+
+    Attributes:
+        rows: index (into the prompts) of each row.
+        tokens: the id each row chose.
+        logprobs: the model's log-probability of that id (raw logits, before any filter).
+        finished: per row, None (goes on) or why it ends: "eos" (it chose an eos id, which
+            is kept in its tokens), "stop" (the caller's stop condition), "length".
+    """
+
+    rows: list[int]
+    tokens: list[int]
+    logprobs: list[float]
+    finished: list[str | None]
+
+
+@dataclass
+class GenerationOutput:
+    """What :func:`generate` returns, one entry per prompt, in prompt order.
+
+    Attributes:
+        tokens: the new ids (an eos that ended the row included).
+        logprobs: the model's log-probability of each new id.
+        finish_reasons: "eos", "stop" or "length".
+    """
+
+    tokens: list[list[int]]
+    logprobs: list[list[float]]
+    finish_reasons: list[str]
+
+
+def pad_prompts(
+    prompts: Sequence[Sequence[int]], *, pad_id: int = 0, device: torch.device | str | None = None
+) -> tuple[Tensor, Tensor]:
+    """Left-pad prompts of ids to one length.
+
+    Returns:
+        ids (B, T) int64 and mask (B, T) bool (True = real token).
+    """
+    if isinstance(prompts, Tensor):
+        if prompts.dim() != 2 or prompts.shape[1] == 0:
+            raise ValueError(f"prompts: expected a (B, T) tensor with T >= 1, got {tuple(prompts.shape)}")
+        ids = prompts.to(device=device, dtype=torch.long)
+        return ids, torch.ones_like(ids, dtype=torch.bool)
+    if isinstance(prompts, (str, bytes)) or not len(prompts):
+        raise ValueError(f"prompts: expected a non-empty list of lists of ids, got {prompts!r:.80}")
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)  # (B, T)
+    mask = torch.zeros(len(prompts), width, dtype=torch.bool)  # (B, T)
+    for row, prompt in enumerate(prompts):
+        if len(prompt) == 0:
+            raise ValueError(f"prompts[{row}]: empty; a prompt needs at least one id (e.g. bos)")
+        ids[row, width - len(prompt) :] = torch.as_tensor(list(prompt), dtype=torch.long)
+        mask[row, width - len(prompt) :] = True
+    return ids.to(device), mask.to(device)
+
+
+def resolve_eos(model, config: GenerationConfig) -> tuple[int, ...]:
+    """The ids that end a row: ``config.eos_ids``, or the model's eos when that is None."""
+    if config.eos_ids is not None:
+        return config.eos_ids
+    eos = getattr(model.config, "eos_token_id", None)
+    return () if eos is None else (int(eos),)
+
+
+def prefill(model, ids: Tensor, mask: Tensor, cache, head: OutputHead) -> Tensor:
+    """Run the prompts ids (B, T) with mask (B, T), filling ``cache`` (None: no cache).
+
+    Returns:
+        (B, V) float32 logits of the token after each prompt (the prompts are left-padded, so
+        every prompt ends in the last slot; the head runs on that slot only).
+    """
+    hidden = model(ids, attention_mask=mask, cache=cache, project=False).hidden  # (B, T, D)
+    return head(hidden[:, -1]).float()  # (B, V)
+
+
+def decode_one_token(
+    model, token: Tensor, cache, head: OutputHead, *, ids: Tensor, mask: Tensor
+) -> Tensor:
+    """Logits (B, V) in float32 after ``token`` (B,), the newest id of every row.
+
+    With a ``cache`` only the new token is run. With ``cache=None`` the whole prefix ``ids``
+    (B, T) with ``mask`` (B, T), which already end in ``token``, is recomputed.
+    """
+    if cache is None:
+        hidden = model(ids, attention_mask=mask, project=False).hidden  # (B, T, D)
+    else:
+        hidden = model(token[:, None], cache=cache, project=False).hidden  # (B, 1, D)
+    return head(hidden[:, -1]).float()  # (B, V)
+
+
+def _check_length(model, mask: Tensor, config: GenerationConfig) -> None:
+    context = model.config.context_length
+    longest = int(mask.sum(dim=1).max())
+    if longest + config.max_new_tokens > context:
+        raise ValueError(
+            f"max_new_tokens: the longest prompt has {longest} tokens, so at most "
+            f"{context - longest} new tokens fit the model's context_length={context}, "
+            f"got {config.max_new_tokens}"
+        )
+
+
+@torch.inference_mode()
+def generate_steps(
+    model,
+    prompts: Sequence[Sequence[int]] | Tensor,
+    config: GenerationConfig,
+    *,
+    stop: Callable[[Step], list[bool]] | None = None,
+) -> Iterator[Step]:
+    """Generate for a batch of prompts, yielding a :class:`Step` after every token.
+
+    Args:
+        model: a :class:`~attnkit.models.GPT` (or anything with its call, ``init_cache`` and
+            ``config.context_length`` / ``vocab_size`` / ``eos_token_id``), in eval mode.
+        prompts: lists of ids (different lengths are left-padded), or a (B, T) tensor.
+        config: what to generate.
+        stop: called with each step before it is yielded; returns, per row, whether the
+            caller's stop condition (e.g. a stop string) ends that row.
+    """
+    device = next(model.parameters()).device
+    ids, mask = pad_prompts(prompts, device=device)  # (B, T) each
+    _check_length(model, mask, config)
+    b, t = ids.shape
+    n_new = config.max_new_tokens
+    eos = set(resolve_eos(model, config))
+    generator = None if config.greedy else make_generator(config.seed, device)
+    penalize = config.repetition_penalty != 1.0
+    seen = seen_tokens(ids, model.config.vocab_size, mask) if penalize else None  # (B, V)
+    cache = model.init_cache(b, t + n_new) if config.use_cache else None
+    if cache is None:  # the recomputed prefix, grown in place: (B, T + n_new)
+        ids = torch.cat([ids, ids.new_zeros(b, n_new)], dim=1)
+        mask = torch.cat([mask, mask.new_ones(b, n_new)], dim=1)
+    rows = list(range(b))
+    head = OutputHead(model)
+    logits = prefill(model, ids[:, :t], mask[:, :t], cache, head)  # (B, V)
+    for i in range(n_new):
+        scores = process_logits(
+            logits, seen=seen, repetition=config.repetition_penalty,
+            temperature=config.temperature, top_k=config.top_k, top_p=config.top_p,
+        )  # fmt: skip
+        token = select(scores, generator)  # (n,)
+        logprob = torch.log_softmax(logits, dim=-1).gather(1, token[:, None]).squeeze(1)  # (n,)
+        tokens = token.tolist()
+        last = i == n_new - 1
+        finished = ["eos" if tok in eos else ("length" if last else None) for tok in tokens]
+        step = Step(rows, tokens, logprob.tolist(), finished)
+        if stop is not None:
+            for r, hit in enumerate(stop(step)):
+                if hit and finished[r] != "eos":
+                    finished[r] = "stop"
+        yield step
+        if last:
+            return
+        keep = [r for r, why in enumerate(finished) if why is None]
+        if not keep:
+            return
+        if len(keep) < len(rows):  # finished rows leave the batch
+            index = torch.tensor(keep, device=device)
+            rows = [rows[r] for r in keep]
+            token = token.index_select(0, index)
+            if cache is not None:
+                cache.reorder(index)
+            else:
+                ids, mask = ids.index_select(0, index), mask.index_select(0, index)
+            if seen is not None:
+                seen = seen.index_select(0, index)
+        if seen is not None:
+            seen[torch.arange(len(rows), device=device), token] = True
+        if cache is None:
+            ids[:, t + i] = token
+        end = t + i + 1
+        logits = decode_one_token(model, token, cache, head, ids=ids[:, :end], mask=mask[:, :end])
+
+
+def generate(
+    model,
+    prompts: Sequence[Sequence[int]] | Tensor,
+    config: GenerationConfig | None = None,
+    *,
+    stop: Callable[[Step], list[bool]] | None = None,
+) -> GenerationOutput:
+    """Generate new ids for each prompt (see :func:`generate_steps`).
+
+    Example:
+        >>> out = generate(gpt, [[464, 3290], [15496]], GenerationConfig(max_new_tokens=8))
+        >>> out.tokens[0]   # 8 new ids (fewer if the row reached eos)
+    """
+    config = config or GenerationConfig()
+    n = prompts.shape[0] if isinstance(prompts, Tensor) else len(prompts)
+    tokens: list[list[int]] = [[] for _ in range(n)]
+    logprobs: list[list[float]] = [[] for _ in range(n)]
+    reasons = ["length"] * n
+    for step in generate_steps(model, prompts, config, stop=stop):
+        for row, tok, lp, why in zip(step.rows, step.tokens, step.logprobs, step.finished, strict=True):
+            tokens[row].append(tok)
+            logprobs[row].append(lp)
+            if why is not None:
+                reasons[row] = why
+    return GenerationOutput(tokens, logprobs, reasons)

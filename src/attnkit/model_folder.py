@@ -1,0 +1,624 @@
+"""Model folders: the one place that knows their files, reads them with clear errors and
+writes them atomically.
+
+A model folder holds ``config.json`` (a JSON object), ``model.safetensors`` (the weights; tied
+tensors stored once) and usually ``tokenizer.json``. attnkit's translation folders keep the
+:class:`~attnkit.models.TransformerConfig` under a ``"model"`` key; training checkpoints add
+``state.json`` and ``resume.pt``; Hugging Face folders (BERT, GPT-2) keep their config at the
+top level with a ``model_type``. Nothing here knows a model class: callers build the model and
+hand it to :func:`load_state_dict_into`.
+
+Reading. Every error is a ``ValueError`` that names the file and what is wrong (missing, a
+folder, not UTF-8, not JSON, not an object, a truncated safetensors file, a pickle posing as
+weights, a missing or unexpected tensor); a missing file is a :class:`MissingFileError`, which
+is both a ``ValueError`` and a ``FileNotFoundError``. Pickled weights (``pytorch_model.bin``,
+``*.pt``) are never unpickled: unpickling can run code; the message says how to convert.
+
+Writing. :func:`atomic_folder` writes into ``NAME.tmp-<pid>/``, fsyncs every file and the
+folder, renames an existing ``NAME`` to ``NAME.old-<pid>``, renames the new folder to ``NAME``
+and deletes the old one. Only complete folders ever carry the name ``NAME`` or
+``NAME.old-*``, so a process killed at any moment leaves a loadable folder
+(:func:`recover_folder`). It replaces only a folder it can recognise as one attnkit wrote
+(:func:`check_replaceable`): a folder holding only the files of :data:`FOLDER_FILES`, whose
+weights carry attnkit's writer mark or whose ``config.json`` has attnkit's ``"model"`` section;
+anything else (a folder of user files, a run folder, a file) is refused before anything is
+written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+TOKENIZER_FILE = "tokenizer.json"
+STATE_FILE = "state.json"  # training checkpoints: step, data position, metrics
+RESUME_FILE = "resume.pt"  # training checkpoints: optimizer, scheduler and RNG states
+# Names under which frameworks store pickled weights; attnkit refuses to unpickle them.
+PICKLE_WEIGHTS_FILES = ("pytorch_model.bin", "model.bin", "model.pt", "model.pth", "pytorch_model.pt")
+# Every file attnkit writes into a model folder. A folder holding anything else is not attnkit's
+# to replace (see check_replaceable).
+FOLDER_FILES = frozenset(
+    {
+        CONFIG_FILE,
+        WEIGHTS_FILE,
+        TOKENIZER_FILE,
+        STATE_FILE,
+        RESUME_FILE,
+        "generation_config.json",  # Hugging Face GPT-2 folders
+        "config.toml",  # shipped model: the training recipe
+        "metrics.jsonl",  # shipped model: the training log
+        "train.log",
+        "checkpoint_state.json",  # shipped model: the checkpoint's state.json
+    }
+)
+# safetensors metadata key and value that mark weights written by attnkit.
+WRITER_KEY, WRITER = "writer", "attnkit"
+
+_STALE = re.compile(r"\.(tmp|old)-\d+")  # the suffix of a writer's temporary folder
+_CONVERT = (
+    "attnkit reads only safetensors weights, because unpickling a file can run arbitrary code; "
+    "if you trust the file, convert it once with: python -c \"import torch; "
+    "from safetensors.torch import save_file; "
+    "save_file(torch.load('{name}', weights_only=True), 'model.safetensors')\""
+)
+_PICKLE_MAGIC = (b"PK\x03\x04", b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
+
+
+class MissingFileError(FileNotFoundError, ValueError):
+    """A file a model folder needs is not there (both FileNotFoundError and ValueError)."""
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_json(path: str | os.PathLike[str], *, what: str = "JSON file") -> dict[str, Any]:
+    """The JSON object in ``path``.
+
+    Raises:
+        MissingFileError: If ``path`` does not exist.
+        ValueError: If it is a folder, not UTF-8, not JSON, or not a JSON object; the message
+            names the file.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path}: a folder, expected a {what}")
+    if not path.exists():
+        raise MissingFileError(f"{path}: missing; expected a {what}")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as err:  # unreadable: permissions, a device, ...
+        raise ValueError(f"{path}: cannot read it ({err.strerror or err})") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{path}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start}); "
+            f"expected a {what}"
+        ) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not a valid JSON file ({err}); expected a {what}") from None
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"{path}: expected a JSON object {{...}} ({what}), got a {_json_type(data)}"
+        )
+    return data
+
+
+def _json_type(value: Any) -> str:
+    names = {list: "list", str: "string", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def read_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ``config.json`` of a model folder, as a dict (see :func:`read_json` for errors)."""
+    folder = Path(folder)
+    check_folder(folder)
+    return read_json(folder / CONFIG_FILE, what=f"model {CONFIG_FILE}")
+
+
+def check_folder(folder: Path) -> None:
+    """Raises a ValueError naming ``folder`` unless it is an existing folder."""
+    if not folder.is_dir():
+        error = ValueError if folder.exists() else MissingFileError
+        state = "a file" if folder.exists() else "does not exist"
+        raise error(
+            f"{folder}: not a folder ({state}); expected a model folder with {CONFIG_FILE} and "
+            f"{WEIGHTS_FILE}"
+        )
+
+
+def folder_kind(config: Mapping[str, Any]) -> str:
+    """What a ``config.json`` describes: ``"translation"`` (attnkit's format, a checkpoint
+    included), a Hugging Face ``model_type`` such as ``"bert"`` or ``"gpt2"``, or ``"unknown"``."""
+    if isinstance(config.get("model"), Mapping) or "num_encoder_layers" in config:
+        return "translation"
+    model_type = config.get("model_type")
+    if isinstance(model_type, str) and model_type:
+        return model_type.lower()
+    architectures = config.get("architectures") or []
+    if any("Bert" in str(a) for a in architectures):
+        return "bert"
+    if any("GPT2" in str(a) for a in architectures):
+        return "gpt2"
+    return "unknown"
+
+
+# What each kind of folder is for, for the message when a folder of another kind is given.
+KIND_USES = {
+    "translation": "an attnkit translation model folder; use `attnkit translate --model DIR` "
+    "or `attnkit attention --model DIR`",
+    "bert": "a Hugging Face BERT folder; use `attnkit embed --model DIR` or "
+    "`attnkit attention --model DIR`",
+    "gpt2": "a Hugging Face GPT-2 folder; load it with attnkit.models.GPT.from_pretrained",
+}
+
+
+def expect_kind(
+    folder: str | os.PathLike[str],
+    config: Mapping[str, Any],
+    *kinds: str,
+    allow_unknown: bool = False,
+) -> str:
+    """``folder_kind(config)`` if it is one of ``kinds`` (or ``"unknown"``, with
+    ``allow_unknown``: a config that does not say); otherwise a ValueError saying what the
+    folder is and what reads it."""
+    kind = folder_kind(config)
+    if kind in kinds or (allow_unknown and kind == "unknown"):
+        return kind
+    path = Path(folder) / CONFIG_FILE
+    wanted = " or ".join(kinds)
+    if kind in KIND_USES:
+        raise ValueError(f"{path}: this is {KIND_USES[kind]}; expected a {wanted} model folder")
+    raise ValueError(
+        f"{path}: not a {wanted} model config (no \"model\" section and no model_type; "
+        f"top-level keys {sorted(config)[:12]})"
+    )
+
+
+def weights_path(folder: str | os.PathLike[str]) -> Path:
+    """``folder/model.safetensors``; a clear error when only pickled weights are there."""
+    folder = Path(folder)
+    path = folder / WEIGHTS_FILE
+    if path.is_file():
+        return path
+    for name in PICKLE_WEIGHTS_FILES:
+        if (folder / name).is_file():
+            raise ValueError(f"{folder / name}: pickled weights, not {WEIGHTS_FILE}; "
+                             + _CONVERT.format(name=name))
+    if path.is_dir():
+        raise ValueError(f"{path}: a folder, expected the weights file")
+    raise MissingFileError(
+        f"{path}: missing; no weights in {folder} (looked for {WEIGHTS_FILE} or "
+        "pytorch_model.bin; pickled weights are refused with a conversion command)"
+    )
+
+
+def read_weights(path: str | os.PathLike[str]) -> dict[str, Tensor]:
+    """The tensors of a safetensors file, or of a folder's ``model.safetensors``, on the CPU.
+
+    Raises:
+        MissingFileError: If there is no weights file.
+        ValueError: If the file is empty, truncated or corrupt, or is a pickle (a
+            ``torch.save`` file) under the safetensors name; nothing is unpickled.
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if path.is_dir():
+        path = weights_path(path)
+    elif not path.exists():
+        raise MissingFileError(f"{path}: missing; expected the model's weights ({WEIGHTS_FILE})")
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as err:  # unreadable: permissions, a device, ...
+        raise ValueError(f"{path}: cannot read it ({err.strerror or err})") from None
+    if size == 0:
+        raise ValueError(f"{path}: empty (0 bytes); expected safetensors weights")
+    if head.startswith(_PICKLE_MAGIC):
+        raise ValueError(
+            f"{path}: a PyTorch pickle (torch.save) file, not safetensors; "
+            + _CONVERT.format(name=path.name)
+        )
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError, RuntimeError, ValueError) as err:
+        raise ValueError(
+            f"{path}: not a readable safetensors file ({err}; {size} bytes): truncated or corrupt"
+        ) from None
+
+
+def weights_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The string metadata in a safetensors header (empty when the file is unreadable)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(os.fspath(path), "pt") as f:
+            return dict(f.metadata() or {})
+    except (SafetensorError, OSError, RuntimeError, ValueError):
+        return {}
+
+
+def tie_groups(model: nn.Module) -> list[list[str]]:
+    """The state-dict names that share one tensor (tied weights), groups of two or more."""
+    groups: dict[int, list[str]] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        groups.setdefault(id(tensor), []).append(name)
+    return [names for names in groups.values() if len(names) > 1]
+
+
+def _names(keys: Iterable[str], most: int = 8) -> str:
+    keys = sorted(keys)
+    more = f" and {len(keys) - most} more" if len(keys) > most else ""
+    return f"{keys[:most]}{more}"
+
+
+def load_state_dict_into(
+    model: nn.Module,
+    state: Mapping[str, Tensor],
+    *,
+    source: str | os.PathLike[str],
+    against: str = "the model",
+    dtype: torch.dtype | None = None,
+    assign: bool = False,
+) -> nn.Module:
+    """Loads ``state`` into ``model``, strictly, with errors that name ``source``.
+
+    A tied tensor may be stored under any one of its names; the others are filled from it
+    (and must be equal when stored too). Stored floating dtypes are cast to the model's
+    (bfloat16 weights into a float32 model); a non-floating tensor for a floating parameter
+    is an error.
+
+    Args:
+        model: The model whose parameters and buffers are filled.
+        state: name -> tensor, in the model's names (map foreign names first).
+        source: The file the tensors came from, for messages.
+        against: What the model was built from, for messages (e.g. its config.json).
+        dtype: Cast the model to this floating dtype after loading.
+        assign: Take the stored tensors as the parameters instead of copying (faster for a
+            model built without initialisation); refused for models with tied weights.
+
+    Returns:
+        ``model``.
+
+    Raises:
+        ValueError: On missing, unexpected, mis-shaped or non-floating tensors, or tied tensors
+            that differ in the file.
+    """
+    prefix = f"{source}: weights do not match the model"
+    if against != "the model":
+        prefix = f"{source}: does not match {against}; weights do not match the model"
+    state = dict(state)
+    groups = tie_groups(model)
+    for names in groups:
+        present = [n for n in names if n in state]
+        if not present:
+            continue
+        first = state[present[0]]
+        for other in present[1:]:
+            if state[other].shape != first.shape or not torch.equal(state[other], first):
+                raise ValueError(
+                    f"{source}: {present[0]!r} and {other!r} are tied in the model but differ "
+                    "in the file"
+                )
+        for name in names:
+            state.setdefault(name, first)
+    expected = model.state_dict()
+    missing = expected.keys() - state.keys()
+    unexpected = state.keys() - expected.keys()
+    if missing or unexpected:
+        raise ValueError(
+            f"{prefix}: missing keys {_names(missing)}, unexpected keys {_names(unexpected)}"
+        )
+    wrong = [
+        f"{k}: file {tuple(v.shape)}, model {tuple(expected[k].shape)}"
+        for k, v in state.items()
+        if v.shape != expected[k].shape
+    ]
+    if wrong:
+        raise ValueError(f"{prefix}: shapes differ: {wrong[:8]}")
+    not_float = [
+        f"{k}: {v.dtype}"
+        for k, v in state.items()
+        if expected[k].is_floating_point() and not v.is_floating_point()
+    ]
+    if not_float:
+        raise ValueError(f"{source}: expected floating-point tensors, got {not_float[:8]}")
+    if assign and groups:
+        raise ValueError("assign=True would untie the model's tied weights")
+    model.load_state_dict(state, strict=True, assign=assign)  # copy_ casts the dtype
+    if dtype is not None:
+        model.to(dtype)
+    return model
+
+
+def load_weights(
+    model: nn.Module,
+    path: str | os.PathLike[str],
+    *,
+    against: str = "the model",
+    dtype: torch.dtype | None = None,
+) -> nn.Module:
+    """:func:`read_weights` of ``path`` (a file or folder), then :func:`load_state_dict_into`."""
+    path = Path(path)
+    source = weights_path(path) if path.is_dir() else path
+    return load_state_dict_into(
+        model, read_weights(source), source=source, against=against, dtype=dtype
+    )
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def write_json(path: str | os.PathLike[str], data: Mapping[str, Any]) -> None:
+    """Writes ``data`` as indented JSON (not atomic: use inside :func:`atomic_folder`)."""
+    Path(path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def write_weights(
+    path: str | os.PathLike[str],
+    weights: nn.Module | Mapping[str, Tensor],
+    *,
+    dtype: torch.dtype | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> None:
+    """Writes a model's (or a state dict's) tensors as safetensors.
+
+    Tensors that share memory (tied weights) are stored once, under the first name; loaders
+    fill the others (:func:`load_state_dict_into`). The header carries ``{"format": "pt",
+    "writer": "attnkit"}`` plus ``metadata``. Not atomic: use inside :func:`atomic_folder`.
+
+    Args:
+        path: The file.
+        weights: A module (its ``state_dict()``) or name -> tensor.
+        dtype: Cast floating tensors to this dtype (e.g. bfloat16 to halve the file).
+        metadata: More string key/values for the header.
+    """
+    from safetensors.torch import save_file
+
+    state = weights.state_dict() if isinstance(weights, nn.Module) else dict(weights)
+    kept: dict[str, Tensor] = {}
+    seen: dict[tuple, str] = {}
+    storages: dict[int, int] = {}
+    for name, tensor in state.items():
+        tensor = tensor.detach()
+        key = (
+            tensor.untyped_storage().data_ptr(),
+            tensor.storage_offset(),
+            tuple(tensor.shape),
+            tensor.stride(),
+            tensor.dtype,
+        )
+        if key in seen:
+            continue  # an alias of a tensor already kept
+        seen[key] = name
+        storages[key[0]] = storages.get(key[0], 0) + 1
+        kept[name] = tensor
+    out = {}
+    for name, tensor in kept.items():
+        if dtype is not None and tensor.is_floating_point():
+            tensor = tensor.to(dtype)
+        tensor = tensor.to("cpu").contiguous()
+        # save_file refuses two tensors on one storage (e.g. views of one buffer): copy those.
+        if storages.get(tensor.untyped_storage().data_ptr(), 0) > 1:
+            tensor = tensor.clone()
+        out[name] = tensor
+    save_file(out, os.fspath(path), metadata={"format": "pt", **(metadata or {}), WRITER_KEY: WRITER})
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # e.g. Windows cannot open folders; rename is still atomic there
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Writes a file via a temporary file in the same folder, fsync and ``os.replace``."""
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def is_attnkit_folder(folder: str | os.PathLike[str], extra_files: Iterable[str] = ()) -> bool:
+    """Whether ``folder`` is one attnkit wrote: see :func:`check_replaceable`."""
+    return _unrecognised(Path(folder), frozenset(extra_files)) is None
+
+
+def _unrecognised(folder: Path, extra: frozenset[str]) -> str | None:
+    """Why ``folder`` is not a replaceable attnkit folder, or None if it is (or is absent)."""
+    if folder.is_symlink():
+        return "a symbolic link"
+    if not folder.exists():
+        return None
+    if not folder.is_dir():
+        return "a file, not a folder"
+    entries = list(folder.iterdir())
+    if not entries:
+        return None
+    allowed = FOLDER_FILES | extra
+    foreign = [p.name for p in entries if p.name not in allowed or not p.is_file() or p.is_symlink()]
+    if foreign:
+        return f"it holds {_names(foreign, 5)}, which attnkit does not write"
+    weights = folder / WEIGHTS_FILE
+    if weights.is_file() and weights_metadata(weights).get(WRITER_KEY) == WRITER:
+        return None
+    try:
+        if isinstance(read_json(folder / CONFIG_FILE).get("model"), Mapping):
+            return None  # attnkit's translation layout, written before the writer mark
+    except ValueError:
+        pass
+    return f"neither attnkit's writer mark in {WEIGHTS_FILE} nor its \"model\" section in {CONFIG_FILE}"
+
+
+def check_replaceable(
+    folder: str | os.PathLike[str], *, what: str = "output folder", extra_files: Iterable[str] = ()
+) -> None:
+    """Raises a ValueError unless ``folder`` may be replaced: it is absent, empty, or a folder
+    attnkit wrote (only :data:`FOLDER_FILES` and ``extra_files`` in it, and weights with
+    attnkit's writer mark or a ``config.json`` with attnkit's ``"model"`` section)."""
+    folder = Path(folder)
+    reason = _unrecognised(folder, frozenset(extra_files))
+    if reason is not None:
+        raise ValueError(
+            f"{what} {os.fspath(folder)!r}: refusing to replace it: {reason}; give a new folder "
+            "or one attnkit wrote"
+        )
+
+
+@contextmanager
+def atomic_folder(
+    folder: str | os.PathLike[str], *, what: str = "output folder", extra_files: Iterable[str] = ()
+) -> Iterator[Path]:
+    """Yields an empty temporary folder beside ``folder``; on a clean exit puts it in place of
+    ``folder`` atomically (module docstring). On an exception the temporary folder is removed
+    and ``folder`` is untouched.
+
+    Raises:
+        ValueError: Before anything is written, if ``folder`` exists and is not one attnkit
+            wrote (:func:`check_replaceable`), or its parent cannot be written; after the
+            writes, if they put a file in the folder that is not in :data:`FOLDER_FILES` or
+            ``extra_files`` (the folder would no longer be recognised).
+    """
+    folder = Path(folder)
+    extra = frozenset(extra_files)
+    check_replaceable(folder, what=what, extra_files=extra)
+    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
+    old = folder.with_name(f"{folder.name}.old-{os.getpid()}")
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        for stale in (tmp, old):
+            if stale.exists():
+                shutil.rmtree(stale)
+        tmp.mkdir()
+    except (PermissionError, NotADirectoryError, FileExistsError) as err:
+        raise ValueError(
+            f"{what} {os.fspath(folder)!r}: cannot write beside it in {os.fspath(folder.parent)!r} "
+            f"({err.strerror or err})"
+        ) from None
+    try:
+        yield tmp
+        stray = sorted(p.name for p in tmp.iterdir() if p.name not in FOLDER_FILES | extra)
+        if stray:
+            raise ValueError(f"atomic_folder: {stray} are not model-folder files; pass extra_files")
+        for path in tmp.iterdir():
+            _fsync_file(path)
+        _fsync_dir(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    try:
+        if folder.exists():
+            os.rename(folder, old)
+        os.rename(tmp, folder)
+    except OSError as err:
+        if old.exists() and not folder.exists():
+            os.rename(old, folder)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ValueError(f"{what} {os.fspath(folder)!r}: cannot replace it ({err})") from None
+    _fsync_dir(folder.parent)
+    if old.exists():
+        shutil.rmtree(old)
+    _remove_stale(folder, extra)
+
+
+def _remove_stale(folder: Path, extra: frozenset[str]) -> None:
+    """Deletes ``NAME.tmp-<pid>`` / ``NAME.old-<pid>`` left by killed writers, once ``folder``
+    is in place; only folders holding nothing but model-folder files."""
+    allowed = FOLDER_FILES | extra
+    for stale in folder.parent.glob(f"{glob_escape(folder.name)}.*-*"):
+        if not (stale.is_dir() and _STALE.fullmatch(stale.name[len(folder.name):])):
+            continue
+        if all(p.name in allowed and p.is_file() for p in stale.iterdir()):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def glob_escape(name: str) -> str:
+    """``name`` with glob metacharacters escaped."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def old_versions(folder: str | os.PathLike[str]) -> list[Path]:
+    """The complete ``NAME.old-<pid>`` folders left by a writer killed between its two renames."""
+    folder = Path(folder)
+    return sorted(
+        p
+        for p in folder.parent.glob(f"{glob_escape(folder.name)}.old-*")
+        if p.is_dir() and _STALE.fullmatch(p.name[len(folder.name):])
+    )
+
+
+def recover_folder(
+    folder: str | os.PathLike[str],
+    marker: str = WEIGHTS_FILE,
+    newest: Callable[[Path], Any] | None = None,
+) -> Path | None:
+    """``folder`` if it holds ``marker``, else its newest ``.old-*`` version holding ``marker``
+    (by ``newest(path)``, default the marker's modification time), else None.
+
+    ``.tmp-*`` folders may be partial and are never returned.
+    """
+    folder = Path(folder)
+    if (folder / marker).is_file():
+        return folder
+    olds = [p for p in old_versions(folder) if (p / marker).is_file()]
+    key = newest or (lambda p: (p / marker).stat().st_mtime_ns)
+    return max(olds, key=key) if olds else None
+
+
+# --------------------------------------------------------------------------- any model folder
+
+
+class LoadedModel(NamedTuple):
+    """What :func:`load_pretrained` returns."""
+
+    model_type: str  # "bert" or "translation"
+    model: nn.Module  # in eval mode
+    tokenizer: Any  # BertTokenizer or SubwordTokenizer
+    folder: Path
+
+
+def load_pretrained(folder: str | os.PathLike[str] | None) -> LoadedModel:
+    """Loads a translation or Hugging Face BERT folder, by what its ``config.json`` says
+    (:func:`folder_kind`); None = the shipped translation model."""
+    from attnkit.decoding.loading import load_translation_model, resolve_model_dir
+
+    folder = resolve_model_dir(folder)
+    kind = expect_kind(folder, read_config(folder), "translation", "bert")
+    if kind == "bert":
+        from attnkit.models.bert import BertModel
+
+        model = BertModel.from_pretrained(folder)
+        return LoadedModel(kind, model, model.tokenizer, folder)
+    loaded = load_translation_model(folder)
+    return LoadedModel(kind, loaded.model, loaded.tokenizer, folder)

@@ -1,0 +1,146 @@
+"""A run folder: which folders a run may write into, and one writer at a time.
+
+Rules (``attnkit train`` and :class:`~attnkit.training.Trainer` follow them):
+
+* A new run goes into a folder that does not exist, is empty, or holds only the files of a
+  run that stopped before its first checkpoint (nothing to resume; it starts over there). A
+  folder holding anything else is refused with a message and left exactly as it was, whether
+  it holds another run (resume it, or choose a new folder) or files attnkit did not write.
+* A resume needs a folder holding a run with a ``last`` checkpoint.
+* While a run writes its folder it holds an exclusive lock on ``FOLDER/.attnkit.lock``
+  (:mod:`filelock`: ``flock`` on Unix, ``LockFileEx`` on Windows). A second ``train`` or
+  ``--resume`` into the same folder is refused, so two runs never delete each other's
+  temporary checkpoints or interleave ``metrics.jsonl``. The operating system drops the lock
+  when its process ends, however it ends: a run killed with SIGKILL leaves the file behind
+  but not the lock, and ``--resume`` proceeds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from attnkit.model_folder import is_attnkit_folder
+from attnkit.training.checkpoint import find_checkpoint
+
+logger = logging.getLogger(__name__)
+
+LOCK_FILE = ".attnkit.lock"
+# What a run writes at its top level; a folder with only these holds a run attnkit recognises.
+RUN_FILES = frozenset({"config.toml", "metrics.jsonl", "train.log", "tokenizer.json", LOCK_FILE})
+
+
+class RunFolderError(ValueError):
+    """A run folder that may not be used as asked; nothing in it was changed."""
+
+
+class RunFolder:
+    """A run's folder and its writer lock.
+
+    Args:
+        path: The run folder (``runs/NAME``).
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._lock: FileLock | None = None
+
+    @property
+    def locked(self) -> bool:
+        """True while this object holds the folder's lock."""
+        return self._lock is not None and self._lock.is_locked
+
+    def last_checkpoint(self) -> Path | None:
+        """The run's complete ``last`` checkpoint (one attnkit wrote), or None."""
+        found = find_checkpoint(self.path / "last")
+        return found if found is not None and is_attnkit_folder(found) else None
+
+    def open_new(self) -> None:
+        """Creates (or takes an empty) folder for a new run and locks it.
+
+        Raises:
+            RunFolderError: If the folder holds anything but the files of a run that stopped
+                before its first checkpoint, or another process holds its lock.
+        """
+        self._refuse_unless_empty()
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.lock()
+        try:
+            self._refuse_unless_empty()  # a second writer may have come between the checks
+        except RunFolderError:
+            self.unlock()
+            raise
+
+    def open_for_resume(self) -> Path:
+        """Locks a run folder and returns its ``last`` checkpoint.
+
+        Raises:
+            RunFolderError: If the folder holds no ``last`` checkpoint or another process
+                holds its lock.
+        """
+        if not self.path.is_dir() or self.last_checkpoint() is None:
+            raise RunFolderError(f"--resume {os.fspath(self.path)!r}: no `last` checkpoint")
+        self.lock()
+        found = self.last_checkpoint()
+        if found is None:  # pragma: no cover - removed between the checks
+            self.unlock()
+            raise RunFolderError(f"--resume {os.fspath(self.path)!r}: no `last` checkpoint")
+        return found
+
+    def lock(self) -> None:
+        """Takes the folder's writer lock, without waiting.
+
+        Raises:
+            RunFolderError: If another process (or another :class:`RunFolder`) holds it.
+        """
+        if self.locked:
+            return
+        lock = FileLock(self.path / LOCK_FILE, blocking=False)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise RunFolderError(
+                f"{os.fspath(self.path)!r} is in use: another attnkit process is writing this "
+                f"run (it holds {LOCK_FILE}); wait for it to finish or choose another folder"
+            ) from None
+        self._lock = lock
+        logger.debug("locked %s", self.path / LOCK_FILE)
+
+    def unlock(self) -> None:
+        """Releases the lock (the lock file stays, as :mod:`filelock` leaves it)."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def _refuse_unless_empty(self) -> None:
+        path = self.path
+        if not path.exists():
+            return
+        if not path.is_dir():
+            raise RunFolderError(f"--out {os.fspath(path)!r}: is a file, expected a run folder")
+        entries = sorted(p.name for p in path.iterdir() if p.name != LOCK_FILE)
+        if not entries:  # empty, or a lock file alone (lock() refuses it while held)
+            return
+        if self.last_checkpoint() is not None:
+            raise RunFolderError(
+                f"--out {os.fspath(path)!r} already holds a run; resume it with --resume "
+                f"{os.fspath(path)!r} or choose a new folder"
+            )
+        if set(entries) <= RUN_FILES and all((path / e).is_file() for e in entries):
+            # A run that stopped before its first checkpoint (e.g. on a data error): only
+            # files attnkit writes, nothing to resume. A new run may take it over unless the
+            # run is still going (then lock() refuses).
+            if not self.locked:
+                self.lock()
+                self.unlock()
+            logger.info("%s holds a run without checkpoint: starting over in it", path)
+            return
+        shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+        raise RunFolderError(
+            f"--out {os.fspath(path)!r} is not empty and is not an attnkit run (it holds "
+            f"{shown}); choose a new or empty folder. Nothing in it was changed"
+        )
+

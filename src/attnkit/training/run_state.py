@@ -1,0 +1,123 @@
+"""Where a run is: the :class:`RunState` in every checkpoint's ``state.json``, and the random
+streams every rank saves in ``last/resume.pt``.
+
+Together with the optimizer, schedule and grad-scaler states these are everything that
+decides what a run does next, so a resumed run continues with the very batches, dropout masks
+and learning rates the uninterrupted run would have used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnkit.training.distributed import DistInfo, gather_objects
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RunState:
+    """Where a run is; saved in ``state.json`` of every checkpoint (key ``"run"``)."""
+
+    step: int = 0  # optimizer steps taken
+    epoch: int = 0  # current epoch (0-based)
+    batch_in_epoch: int = 0  # this rank's batches of `epoch` already consumed
+    elapsed_sec: float = 0.0  # wall time of the run, earlier sessions included
+    target_tokens: int = 0  # tokens the loss was computed on, all ranks
+    best_metric: str = ""  # name of the metric selecting `best`
+    best_value: float | None = None
+    best_step: int = 0
+    bad_evals: int = 0  # evaluations since the last new best
+    last_eval_step: int = -1
+    metrics: dict[str, float] = field(default_factory=dict)  # latest evaluation
+
+    @classmethod
+    def from_saved(cls, saved: dict[str, Any]) -> RunState:
+        """The state from a ``state.json``'s ``"run"`` mapping (unknown keys are ignored)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in saved.items() if k in names})
+
+
+def capture_rng() -> dict[str, Any]:
+    """This process's torch, Python, NumPy (and CUDA) random states, as plain data."""
+    np_state = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    """Sets the random states :func:`capture_rng` returned."""
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    name, keys, *rest = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def record_eval(state: RunState, name: str, value: float, higher_is_better: bool) -> bool:
+    """Counts an evaluation of metric ``name`` in ``state``; True if it is a new best.
+
+    A new metric name (``optim.best_metric = "auto"`` switching to ``val_bleu``) starts over.
+    """
+    s = state
+    better = (
+        s.best_value is None
+        or s.best_metric != name
+        or (value > s.best_value if higher_is_better else value < s.best_value)
+    )
+    if better:
+        s.best_metric, s.best_value, s.best_step, s.bad_evals = name, value, s.step, 0
+    else:
+        s.bad_evals += 1
+    return better
+
+
+def resume_states(
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    scaler: torch.amp.GradScaler,
+    info: DistInfo,
+) -> dict[str, Any]:
+    """What ``resume.pt`` holds: optimizer, schedule and scaler states and every rank's random
+    states (a collective: every rank must call it)."""
+    return {
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "scaler": scaler.state_dict(),
+        "rng": gather_objects(capture_rng(), info),
+    }
+
+
+def load_resume_states(
+    saved: dict[str, Any],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    scaler: torch.amp.GradScaler,
+    info: DistInfo,
+) -> None:
+    """Restores what :func:`resume_states` saved; this rank takes its own random states."""
+    optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
+    scaler.load_state_dict(saved["scaler"])
+    ranks = saved["rng"]
+    if len(ranks) != info.world_size:
+        logger.warning(
+            "checkpoint was written by %d process(es), now %d: random streams differ",
+            len(ranks),
+            info.world_size,
+        )
+    restore_rng(ranks[info.rank % len(ranks)])

@@ -1,0 +1,223 @@
+"""Translation as a training task: parallel text, a joint BPE, an encoder-decoder Transformer.
+
+The first :class:`~attnkit.training.task.Task`. Batches hold up to ``data.max_tokens`` padded
+tokens from a length-bucketed order that is a pure function of ``(data.seed, epoch)`` and is
+dealt to the ranks batch by batch (:class:`~attnkit.data.TokenBatchSampler`). The loss is
+label-smoothed cross-entropy summed over the real target tokens; the evaluation is the plain
+cross-entropy per target token on the validation pairs, its perplexity, and optionally
+(``optim.val_bleu``) greedy BLEU on rank 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+from torch import Tensor, nn
+
+from attnkit.data import Batch, Collator, ParallelCorpus, SubwordTokenizer, TokenBatchSampler
+from attnkit.models.transformer import Transformer
+from attnkit.training import checkpoint as ckpt
+from attnkit.training.config import TrainConfig
+from attnkit.training.datasets import encode, load_text, train_tokenizer
+from attnkit.training.distributed import raise_together
+from attnkit.training.loss import linear_cross_entropy
+from attnkit.training.task import (
+    DataPosition,
+    EvalHook,
+    RunContext,
+    Task,
+    on_main_rank,
+    sharded_loss_sum,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def decoder_states(model: Transformer, src: Tensor, tgt_in: Tensor) -> Tensor:
+    """Final decoder states (B, T, d_model), before the output projection.
+
+    ``Transformer.forward`` projects every position to the vocabulary; training needs only
+    the real (non-pad) target positions, so the projection is left to the caller.
+    """
+    memory, src_mask, _ = model.encode(src)  # (B, S, d_model), (B, 1, S)
+    return model.decode(tgt_in, memory, src_mask, project=False).output  # (B, T, d_model)
+
+
+class SequenceLoss(nn.Module):
+    """Model and loss in one forward, so that DDP (and torch.compile) see one module call.
+
+    Args:
+        model: The Transformer.
+    """
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, epsilon: float) -> Tensor:
+        """Summed label-smoothed cross-entropy over the non-pad positions of ``tgt_out``."""
+        hidden = decoder_states(self.model, src, tgt_in)  # (B, T, d_model)
+        keep = tgt_out != self.model.config.pad_id  # (B, T)
+        # Only the N real target positions are projected; the projection and the loss are
+        # fused chunk by chunk, so the (N, V) logits are never stored.
+        return linear_cross_entropy(
+            hidden[keep], self.model.output.weight, tgt_out[keep], epsilon=epsilon
+        )  # (N, d_model) x (V, d_model) -> scalar
+
+
+class TranslationTask(Task):
+    """Sequence-to-sequence training on a parallel corpus (``[data]`` of the config).
+
+    Args:
+        eval_hook: Extra evaluation on rank 0; by default greedy BLEU when ``optim.val_bleu``.
+    """
+
+    higher_is_better = {"val_loss": False, "val_bleu": True}
+
+    def __init__(self, eval_hook: EvalHook | None = None) -> None:
+        self.eval_hook = eval_hook
+        self.tokenizer: SubwordTokenizer | None = None
+
+    def prepare(self, run: RunContext) -> TrainConfig:
+        """Texts, tokenizer, encoded pairs, samplers; fills in the model's vocabulary size."""
+        cfg, info = run.config, run.info
+        text = load_text(cfg.data)
+        if run.resume_from is not None:
+            tokenizer_path = run.resume_from / ckpt.TOKENIZER
+        else:
+            tokenizer_path = run.out_dir / ckpt.TOKENIZER
+            # Rank 0 trains it; the block ends with a collective, so the others read it after
+            # it is saved, and they raise too if it fails instead of waiting forever.
+            with raise_together(info):
+                if info.is_main:
+                    train_tokenizer(text, cfg.data).save(tokenizer_path)
+        self.tokenizer = SubwordTokenizer.load(tokenizer_path)
+        self.collate = Collator.for_tokenizer(self.tokenizer)
+        vocab = self.tokenizer.vocab_size
+        model_cfg = replace(
+            cfg.model, src_vocab_size=vocab, tgt_vocab_size=vocab, pad_id=self.tokenizer.pad_id
+        )
+        cfg = replace(cfg, model=model_cfg)
+        max_len = cfg.data.max_len or model_cfg.max_len
+        self.train_pairs = encode(text.train, self.tokenizer)
+        self.val_pairs = encode(text.val, self.tokenizer)
+        self.sampler = TokenBatchSampler(
+            self.train_pairs,
+            max_tokens=cfg.data.max_tokens,
+            max_len=max_len,
+            seed=cfg.data.seed,
+            num_shards=info.world_size,
+            shard_index=info.rank,
+        )
+        logger.info(
+            "train: %d pairs kept, %d skipped as longer than max_len=%d; %d batches per "
+            "epoch per rank (max_tokens=%d, accumulation=%d)",
+            self.sampler.num_pairs,
+            self.sampler.num_skipped,
+            max_len,
+            self.sampler.batches_per_shard,
+            cfg.data.max_tokens,
+            cfg.optim.accumulation,
+        )
+        self.val_batches: list[list[int]] = []
+        if self.val_pairs:
+            val_sampler = TokenBatchSampler(
+                self.val_pairs, max_tokens=cfg.data.max_tokens, max_len=max_len, shuffle=False
+            )
+            self.val_batches = list(val_sampler)
+            logger.info(
+                "validation: %d pairs kept, %d skipped as longer than max_len=%d",
+                val_sampler.num_pairs,
+                val_sampler.num_skipped,
+                max_len,
+            )
+        if cfg.optim.val_bleu and self.eval_hook is None and text.val is not None:
+            from attnkit.training.bleu import bleu_eval_hook
+
+            n = cfg.optim.val_bleu_sentences or len(text.val)
+            subset = ParallelCorpus(src=text.val.src[:n], tgt=text.val.tgt[:n])
+            self.eval_hook = bleu_eval_hook(self.tokenizer, subset)
+        return cfg
+
+    def build_model(self, config: TrainConfig) -> Transformer:
+        m = config.model
+        model = Transformer(m)
+        logger.info(
+            "model: %.2fM parameters (d_model %d, %d+%d layers, %d heads, d_ff %d, vocab %d)",
+            sum(p.numel() for p in model.parameters()) / 1e6,
+            m.d_model,
+            m.num_encoder_layers,
+            m.num_decoder_layers,
+            m.num_heads,
+            m.d_ff,
+            m.tgt_vocab_size,
+        )
+        return model
+
+    def loss_module(self, model: nn.Module) -> SequenceLoss:
+        return SequenceLoss(model)
+
+    def loss_args(self, batch: Batch) -> tuple[Tensor, ...]:
+        return batch.src, batch.tgt_in, batch.tgt_out
+
+    def batch_tokens(self, batch: Batch) -> int:
+        return batch.num_tgt_tokens
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return self.sampler.batches_per_shard
+
+    @property
+    def has_validation(self) -> bool:
+        return bool(self.val_batches)
+
+    def train_batches(self, start: DataPosition) -> Iterator[tuple[Batch, DataPosition]]:
+        """This rank's batches from ``start`` on, epoch after epoch."""
+        epoch, done, n = start.epoch, start.batch, self.batches_per_epoch
+        while True:
+            self.sampler.set_epoch(epoch, skip_batches=done)
+            for indices in self.sampler:
+                done += 1
+                yield self.collate([self.train_pairs[i] for i in indices]), DataPosition(
+                    epoch, done, n
+                )
+            epoch, done = epoch + 1, 0
+
+    def evaluate(
+        self, run: RunContext, model: nn.Module, loss_module: nn.Module
+    ) -> dict[str, float]:
+        """Validation loss (plain cross-entropy per target token) and perplexity, plus the
+        hook's metrics; the same numbers on every rank."""
+
+        def make_batch(i: int) -> Batch:
+            return self.collate([self.val_pairs[j] for j in self.val_batches[i]])
+
+        loss, tokens = sharded_loss_sum(run, self, loss_module, len(self.val_batches), make_batch)
+        val_loss = loss / tokens
+        metrics = {"val_loss": val_loss, "val_ppl": math.exp(min(val_loss, 700.0))}
+        if self.eval_hook is not None:
+            hook = self.eval_hook
+            metrics.update(on_main_rank(run, lambda: hook(model)))
+        return metrics
+
+    def checkpoint_state(self, position: DataPosition) -> dict[str, Any]:
+        return {
+            "sampler": {
+                "seed": self.sampler.seed,
+                "epoch": position.epoch,
+                "skip_batches": position.batch,
+                "num_shards": self.sampler.num_shards,
+            }
+        }
+
+    def check_resumed(self, saved_state: dict[str, Any]) -> None:
+        sampler = saved_state.get("sampler", {})
+        if (sampler.get("num_shards"), sampler.get("seed")) != (
+            self.sampler.num_shards,
+            self.sampler.seed,
+        ):
+            logger.warning("data sharding or seed changed since the checkpoint: order differs")

@@ -1,0 +1,227 @@
+"""Errors of the command line: one line `attnkit COMMAND: error: ...`, exit 2, never a traceback
+(`-v` gives the traceback); numeric flags checked by argparse; BLEU and embed file errors."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import importlib
+import io
+import math
+import sys
+
+import pytest
+
+from attnkit.cli import build_parser, main
+from attnkit.cli.options import integer, real
+
+walkthrough_cmd = importlib.import_module("attnkit.cli.commands.walkthrough")
+
+
+def _stdin(monkeypatch, data: bytes) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+
+
+# --------------------------------------------------------------------------- the last resort
+
+
+@pytest.mark.parametrize(
+    "error, message, status",
+    [
+        (RuntimeError("CUDA error: device-side assert\nmore lines"),
+         "CUDA error: device-side assert (run with -v for the traceback)", 2),
+        (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 24 GB"),
+         "DefaultCPUAllocator: can't allocate memory: you tried to allocate 24 GB (run with -v", 2),
+        (MemoryError(), "out of memory (run with -v for the traceback)", 2),
+        (OSError(errno.ENOSPC, "No space left on device", "out.png"),
+         "no space left on the device while writing 'out.png'", 2),
+        (OSError(errno.EIO, "Input/output error", "x.png"), "'x.png': Input/output error", 2),
+        (PermissionError(errno.EACCES, "Permission denied", "/etc/x"),
+         "permission denied: '/etc/x' cannot be opened", 2),
+        (IsADirectoryError(errno.EISDIR, "Is a directory", "d"), "'d' is a directory, expected a file", 2),
+        (NotADirectoryError(errno.ENOTDIR, "Not a directory", "f/x"), "a part of 'f/x' is a file", 2),
+        (FileNotFoundError(errno.ENOENT, "No such file", "gone"), "'gone': no such file or directory", 2),
+        (OSError("no errno at all"), "no errno at all", 2),
+        (ValueError("first line\nsecond line"), "first line", 2),
+        (KeyboardInterrupt(), "interrupted", 130),
+    ],
+)
+def test_failures_are_one_line(monkeypatch, capsys, error, message, status):
+    def run(args):
+        raise error
+
+    monkeypatch.setattr(walkthrough_cmd, "run", run)
+    assert main(["walkthrough"]) == status
+    err = capsys.readouterr().err
+    assert err.startswith(f"attnkit walkthrough: error: {message}"), err
+    assert err.count("\n") == 1
+
+
+def test_verbose_gives_the_traceback(monkeypatch):
+    def run(args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(walkthrough_cmd, "run", run)
+    with pytest.raises(RuntimeError, match="boom"):
+        main(["-v", "walkthrough"])
+
+
+def test_bugs_keep_their_traceback(monkeypatch):
+    def run(args):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(walkthrough_cmd, "run", run)
+    with pytest.raises(KeyError):
+        main(["walkthrough"])
+
+
+def test_closed_pipe_is_quiet(monkeypatch, capsys):
+    def run(args):
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    monkeypatch.setattr(walkthrough_cmd, "run", run)
+    assert main(["walkthrough"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_full_disk_at_the_final_flush(monkeypatch, capsys):
+    class Full(io.StringIO):
+        def flush(self):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(sys, "stdout", Full())
+    assert main(["walkthrough", "a b"]) == 2
+    assert "no space left on the device while writing the output" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- argparse types
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "x", "1.5", "nan", "inf", "", "1e3", "11"])
+def test_integer_refuses(text):
+    with pytest.raises(argparse.ArgumentTypeError, match=rf"expected an integer from 1 to 10, got {text!r}"):
+        integer(1, 10)(text)
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "-0.1", "x", "", "1e400"])
+def test_real_refuses(text):
+    with pytest.raises(argparse.ArgumentTypeError, match=rf"expected a finite number >= 0, got {text!r}"):
+        real(0)(text)
+
+
+def test_types_accept():
+    assert integer(1, 10)("10") == 10 and integer(0)(" 7 ") == 7
+    assert real(0)("1e30") == 1e30 and real()("-2.5") == -2.5 and not math.isnan(real()("0"))
+
+
+MY_COMMANDS = ("translate", "evaluate", "embed", "walkthrough", "bleu", "attention")
+
+
+def test_every_numeric_flag_is_checked():
+    """No bare int/float type is left in these commands: each numeric flag goes through a
+    checked type, so nan, inf and out-of-range values are refused with a message."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name in MY_COMMANDS:
+        for action in sub.choices[name]._actions:
+            assert action.type not in (int, float), (name, action.option_strings)
+
+
+@pytest.mark.parametrize("command", MY_COMMANDS)
+def test_every_help_works(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert "usage: attnkit " + command in capsys.readouterr().out
+
+
+def test_translate_help_tells_the_rules(capsys):
+    with pytest.raises(SystemExit):
+        main(["translate", "--help"])
+    out = capsys.readouterr().out
+    for words in ("byte-order mark", "control characters", "runs of white space", "stripped",
+                  "empty line", "N lines in, N lines out", "1024", "memory", "- for standard input"):
+        assert words in out, words
+
+
+# --------------------------------------------------------------------------- bleu
+
+
+@pytest.fixture
+def texts(tmp_path):
+    hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
+    hyp.write_text("a b c\nd e\n")
+    ref.write_text("a b c\nd e f\n")
+    return hyp, ref
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["{d}", "-r", "{ref}"], "HYP: '{d}' is a directory, expected a text file"),
+        (["{hyp}", "-r", "{d}/nope.txt"], "-r: '{d}/nope.txt' does not exist"),
+        (["-", "-r", "-"], "HYP, -r: only one of the files can be - (standard input)"),
+        (["{hyp}", "-r", "{ref}", "--ci", "--ci-samples", "100000000"],
+         "n_samples: 100000000 resamples of 2 lines draw 200,000,000 indices"),
+    ],
+)
+def test_bleu_file_errors(capsys, tmp_path, texts, argv, message):
+    hyp, ref = texts
+    fill = dict(d=tmp_path, hyp=hyp, ref=ref)
+    assert main(["bleu", *(a.format(**fill) for a in argv)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"attnkit bleu: error: {message.format(**fill)}"), err
+
+
+def test_bleu_bom_and_crlf_are_line_ends_not_text(capsys, tmp_path, texts):
+    hyp, ref = texts
+    windows = tmp_path / "windows.txt"
+    windows.write_bytes(b"\xef\xbb\xbfa b c\r\nd e\r\n")
+    assert main(["bleu", str(hyp), "-r", str(ref)]) == 0
+    plain = capsys.readouterr().out
+    assert main(["bleu", str(windows), "-r", str(ref)]) == 0
+    assert capsys.readouterr().out == plain
+
+
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--confidence-n", "1", "expected an integer >= 2, got '1'"),
+        ("--width", "-1", "expected an integer from 0 to 16, got '-1'"),
+        ("--smooth-value", "nan", "expected a finite number >= 0, got 'nan'"),
+        ("--smooth-value", "inf", "expected a finite number >= 0, got 'inf'"),
+        ("--seed", "-3", "expected an integer >= 0, got '-3'"),
+    ],
+)
+def test_bleu_bad_numbers(capsys, texts, flag, value, message):
+    hyp, ref = texts
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bleu", str(hyp), "-r", str(ref), f"{flag}={value}"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err  # argparse names the flag by all its spellings
+    assert "attnkit bleu: error: argument " in err and f"{flag}: {message}" in err
+
+
+# --------------------------------------------------------------------------- embed (no model needed)
+
+
+def test_embed_non_utf8_stdin_names_line_and_byte(monkeypatch, capsys):
+    _stdin(monkeypatch, b"fine\nalso fine\ncaf\xe9 au lait\n")
+    assert main(["embed"]) == 2
+    assert capsys.readouterr().err == (
+        "attnkit embed: error: <stdin>: line 3 is not valid UTF-8 (invalid continuation byte: "
+        "byte 0xe9 at byte 4 of line 3, byte offset 18 of the file)\n"
+    )
+
+
+def test_embed_bad_arguments(monkeypatch, capsys):
+    assert main(["embed", "ok", "caf\udce9"]) == 2
+    assert capsys.readouterr().err == (
+        "attnkit embed: error: TEXT 2: not valid UTF-8 (byte 0xe9 at character 4)\n"
+    )
+    _stdin(monkeypatch, b"")
+    assert main(["embed"]) == 2
+    assert "TEXT: give at least one text" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["embed", "--batch-size", "0", "x"])
+    assert "argument --batch-size: expected an integer >= 1, got '0'" in capsys.readouterr().err

@@ -1,0 +1,116 @@
+"""`attnkit generate` end to end on a tiny random GPT-2 folder with a byte-level BPE."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import pytest
+
+from attnkit.cli import main
+from attnkit.generation import GenerationConfig, generate_text
+from attnkit.models import GPT
+from tests.helpers.generation import byte_bpe, load_pair
+
+PROMPTS = ["hello world", "你好 😀", "the cat sat"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gpt2_cli")
+    load_pair(folder, byte_bpe())
+    return folder
+
+
+@pytest.fixture(scope="module")
+def gpt(model_dir):
+    return GPT.from_pretrained(model_dir)
+
+
+def _stdin(monkeypatch, text: str) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode()), encoding="utf-8"))
+
+
+def _expected(gpt, prompts, **settings):
+    return generate_text(gpt, None, prompts, GenerationConfig(**settings))
+
+
+def test_prompt_argument_greedy(model_dir, gpt, capsys):
+    assert main(["generate", "--model", str(model_dir), PROMPTS[0], "--max-new-tokens", "12"]) == 0
+    (result,) = _expected(gpt, PROMPTS[:1], max_new_tokens=12)
+    assert capsys.readouterr().out == PROMPTS[0] + result.text + "\n"
+
+
+def test_stdin_json_with_ids_and_logprobs(model_dir, gpt, monkeypatch, capsys):
+    _stdin(monkeypatch, "\n".join(PROMPTS) + "\n")
+    argv = ["generate", "--model", str(model_dir), "--json", "--max-new-tokens", "8",
+            "--temperature", "0.7", "--top-p", "0.9", "--seed", "3", "--batch-size", "8"]  # fmt: skip
+    assert main(argv) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    expected = _expected(gpt, PROMPTS, max_new_tokens=8, temperature=0.7, top_p=0.9, seed=3)
+    assert [r["prompt"] for r in records] == PROMPTS
+    for record, result in zip(records, expected, strict=True):
+        assert record["text"] == result.text and record["token_ids"] == result.tokens
+        assert record["logprobs"] == pytest.approx(result.logprobs, abs=1e-6)
+        assert record["finish_reason"] == result.finish_reason
+        assert all(lp <= 0 for lp in record["logprobs"])
+
+
+def test_stream_writes_the_same_text(model_dir, gpt, capsys):
+    argv = ["generate", "--model", str(model_dir), PROMPTS[1], "--stream", "--max-new-tokens", "20",
+            "--top-k", "10", "--seed", "1"]  # fmt: skip
+    assert main(argv) == 0
+    (result,) = _expected(gpt, PROMPTS[1:2], max_new_tokens=20, temperature=1.0, top_k=10, seed=1)
+    assert capsys.readouterr().out == PROMPTS[1] + result.text + "\n"
+
+
+def test_stop_string(model_dir, gpt, capsys):
+    (free,) = _expected(gpt, PROMPTS[2:], max_new_tokens=30)
+    stop = next(free.text[i : i + 2] for i in range(5, len(free.text)) if "\ufffd" not in free.text[i : i + 2])
+    argv = ["generate", "--model", str(model_dir), PROMPTS[2], "--max-new-tokens", "30", "--stop", stop]
+    assert main(argv) == 0
+    assert capsys.readouterr().out == PROMPTS[2] + free.text[: free.text.index(stop)] + "\n"
+
+
+def _exit_code(argv) -> int:
+    """main's return value, or argparse's exit status for a flag it refuses."""
+    try:
+        return main(argv)
+    except SystemExit as stop:
+        return stop.code
+
+
+def test_model_is_required(capsys):
+    assert main(["generate", "hello"]) == 2
+    assert "no GPT model is shipped yet; pass --model DIR" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--temperature", "-1"], "--temperature: expected a finite number >= 0"),
+        (["--temperature", "nan"], "--temperature"),
+        (["--top-p", "0"], "--top-p: expected 0 < value <= 1.0"),
+        (["--top-p", "1.5"], "--top-p"),
+        (["--top-k", "-2"], "--top-k: expected an integer >= 0"),
+        (["--temperature", "0", "--top-k", "5"], "--temperature 0 means greedy"),
+        (["--max-new-tokens", "0"], "--max-new-tokens: expected an integer >= 1"),
+        (["--max-new-tokens", "96"], "--max-new-tokens: expected at most 95"),
+        (["--max-new-tokens", "95"], "max_new_tokens: the longest prompt has"),
+        (["--repetition-penalty", "0"], "--repetition-penalty: expected a number > 0"),
+        (["--stop", ""], "--stop"),
+        (["--batch-size", "0"], "--batch-size"),
+        (["--seed", "1.5"], "--seed: expected an integer"),
+        (["--stream", "--json"], "not allowed with"),
+        (["--device", "nonsense"], "--device"),
+    ],
+)
+def test_bad_flags_are_named(model_dir, flags, message, capsys):
+    assert _exit_code(["generate", "--model", str(model_dir), "hello world", *flags]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_not_a_gpt_folder(tmp_path, capsys):
+    assert _exit_code(["generate", "--model", str(tmp_path), "hi"]) == 2
+    assert str(tmp_path) in capsys.readouterr().err

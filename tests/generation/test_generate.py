@@ -1,0 +1,165 @@
+"""Token generation with attnkit's GPT against Hugging Face's GPT2LMHeadModel.generate on the
+same random weights, the cache against recomputing the prefix, batches against single prompts."""
+
+import pytest
+import torch
+
+from attnkit.generation import GenerationConfig, generate
+from tests.helpers.generation import load_pair
+
+PROMPTS = [[1, 2, 3], [50, 60, 70, 80, 90, 100, 7], [42], [10, 20, 30, 40]]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    return load_pair(tmp_path_factory.mktemp("gpt2"))
+
+
+def _hf_generate(hf, prompt, n, **kwargs):
+    with torch.inference_mode():
+        out = hf.generate(
+            torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            max_new_tokens=n, min_new_tokens=n, pad_token_id=0, **kwargs,
+        )  # fmt: skip
+    return out
+
+
+def test_greedy_equals_hugging_face(pair):
+    hf, gpt = pair
+    ours = generate(gpt, PROMPTS, GenerationConfig(max_new_tokens=24, eos_ids=()))
+    for prompt, tokens in zip(PROMPTS, ours.tokens, strict=True):
+        theirs = _hf_generate(hf, prompt, 24, do_sample=False)[0, len(prompt) :].tolist()
+        assert tokens == theirs
+    assert ours.finish_reasons == ["length"] * len(PROMPTS)
+
+
+def test_repetition_penalty_greedy_equals_hugging_face(pair):
+    hf, gpt = pair
+    for prompt in PROMPTS[:2]:
+        ours = generate(gpt, [prompt], GenerationConfig(max_new_tokens=20, eos_ids=(), repetition_penalty=1.5))
+        theirs = _hf_generate(hf, prompt, 20, do_sample=False, repetition_penalty=1.5)
+        assert ours.tokens[0] == theirs[0, len(prompt) :].tolist()
+
+
+def test_logprobs_are_the_models(pair):
+    """Each log-probability is log_softmax of Hugging Face's raw logits at the chosen id."""
+    hf, gpt = pair
+    prompt = PROMPTS[1]
+    ours = generate(gpt, [prompt], GenerationConfig(max_new_tokens=10, eos_ids=()))
+    with torch.inference_mode():
+        out = hf.generate(
+            torch.tensor([prompt]), max_new_tokens=10, min_new_tokens=10, do_sample=False,
+            pad_token_id=0, output_logits=True, return_dict_in_generate=True,
+        )  # fmt: skip
+    theirs = [
+        torch.log_softmax(step.float(), dim=-1)[0, tok].item()
+        for step, tok in zip(out.logits, ours.tokens[0], strict=True)
+    ]
+    assert ours.logprobs[0] == pytest.approx(theirs, abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(),
+        dict(repetition_penalty=1.3),
+        dict(temperature=0.9, top_k=20, seed=3),
+        dict(temperature=1.2, top_p=0.8, repetition_penalty=1.2, seed=4),
+    ],
+)
+def test_cached_equals_recomputed(pair, settings):
+    _, gpt = pair
+    cached = generate(gpt, PROMPTS, GenerationConfig(max_new_tokens=30, eos_ids=(), **settings))
+    recomputed = generate(
+        gpt, PROMPTS, GenerationConfig(max_new_tokens=30, eos_ids=(), use_cache=False, **settings)
+    )
+    assert cached.tokens == recomputed.tokens
+    for a, b in zip(cached.logprobs, recomputed.logprobs, strict=True):
+        assert a == pytest.approx(b, abs=1e-4)
+
+
+def test_batched_equals_one_at_a_time(pair):
+    _, gpt = pair
+    config = GenerationConfig(max_new_tokens=20, eos_ids=(), repetition_penalty=1.2)
+    batched = generate(gpt, PROMPTS, config).tokens
+    assert batched == [generate(gpt, [p], config).tokens[0] for p in PROMPTS]
+
+
+def test_eos_ends_a_row_and_the_others_go_on(pair):
+    _, gpt = pair
+    free = generate(gpt, PROMPTS, GenerationConfig(max_new_tokens=20, eos_ids=())).tokens
+    eos = free[0][5]  # row 0 writes this id at step 5
+    out = generate(gpt, PROMPTS, GenerationConfig(max_new_tokens=20, eos_ids=(eos,)))
+    for row, tokens in enumerate(free):
+        cut = tokens.index(eos) + 1 if eos in tokens else len(tokens)
+        assert out.tokens[row] == tokens[:cut]
+        assert out.finish_reasons[row] == ("eos" if eos in tokens else "length")
+    assert out.tokens[0][-1] == eos and len(out.tokens[0]) <= 6
+
+
+def test_default_eos_is_the_models(pair, monkeypatch):
+    _, gpt = pair
+    free = generate(gpt, PROMPTS, GenerationConfig(max_new_tokens=20, eos_ids=())).tokens
+    monkeypatch.setattr(gpt.config, "eos_token_id", free[1][3])  # row 1 writes it at step 3
+    out = generate(gpt, PROMPTS, GenerationConfig(max_new_tokens=20))
+    assert out.finish_reasons[1] == "eos" and out.tokens[1] == free[1][:4]
+    assert out.tokens == generate(gpt, PROMPTS, GenerationConfig(max_new_tokens=20, eos_ids=(free[1][3],))).tokens
+
+
+def test_seed_makes_sampling_reproducible(pair):
+    _, gpt = pair
+    config = GenerationConfig(max_new_tokens=25, eos_ids=(), temperature=1.0, seed=11)
+    a = generate(gpt, PROMPTS, config).tokens
+    assert a == generate(gpt, PROMPTS, config).tokens
+    other = GenerationConfig(max_new_tokens=25, eos_ids=(), temperature=1.0, seed=12)
+    assert a != generate(gpt, PROMPTS, other).tokens
+
+
+def test_top_k_1_sampling_is_greedy(pair):
+    _, gpt = pair
+    greedy = generate(gpt, PROMPTS, GenerationConfig(max_new_tokens=15, eos_ids=())).tokens
+    sampled = GenerationConfig(max_new_tokens=15, eos_ids=(), temperature=1.0, top_k=1, seed=0)
+    assert generate(gpt, PROMPTS, sampled).tokens == greedy
+
+
+def test_tensor_prompts(pair):
+    _, gpt = pair
+    ids = torch.tensor([[5, 6, 7], [8, 9, 10]])
+    config = GenerationConfig(max_new_tokens=5, eos_ids=())
+    assert generate(gpt, ids, config).tokens == generate(gpt, ids.tolist(), config).tokens
+
+
+def test_max_new_tokens_must_fit_the_context(pair):
+    _, gpt = pair
+    with pytest.raises(ValueError, match="max_new_tokens.*context_length=96"):
+        generate(gpt, PROMPTS, GenerationConfig(max_new_tokens=90))
+    assert len(generate(gpt, [[1]], GenerationConfig(max_new_tokens=95, eos_ids=())).tokens[0]) == 95
+
+
+@pytest.mark.parametrize("prompts", [[], [[]], "abc"])
+def test_bad_prompts(pair, prompts):
+    with pytest.raises(ValueError, match="prompts"):
+        generate(pair[1], prompts, GenerationConfig(max_new_tokens=2))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        (dict(max_new_tokens=0), "max_new_tokens"),
+        (dict(temperature=-1.0), "temperature"),
+        (dict(temperature=float("nan")), "temperature"),
+        (dict(temperature=1.0, top_k=-1), "top_k"),
+        (dict(temperature=1.0, top_p=0.0), "top_p"),
+        (dict(temperature=1.0, top_p=1.5), "top_p"),
+        (dict(top_p=0.9), "temperature=0 means greedy"),
+        (dict(top_k=5), "temperature=0 means greedy"),
+        (dict(repetition_penalty=0.0), "repetition_penalty"),
+        (dict(eos_ids=(-1,)), "eos_ids"),
+        (dict(stop_strings=("",)), "stop_strings"),
+        (dict(stop_strings="END"), "stop_strings"),
+        (dict(seed=1.5), "seed"),
+    ],
+)
+def test_config_errors_name_the_setting(kwargs, name):
+    with pytest.raises((ValueError, TypeError), match=name):
+        GenerationConfig(**kwargs)

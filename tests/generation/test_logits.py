@@ -1,0 +1,123 @@
+"""The logits filters against Hugging Face's processors of the same name, on random logits."""
+
+import pytest
+import torch
+from transformers.generation.logits_process import (
+    LogitsProcessorList,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from attnkit.generation import (
+    apply_temperature,
+    process_logits,
+    repetition_penalty,
+    seen_tokens,
+    top_k_filter,
+    top_p_filter,
+)
+
+V = 97
+
+
+def _logits(b: int = 6, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(b, V, generator=g) * 3  # (B, V)
+
+
+def _same(ours: torch.Tensor, theirs: torch.Tensor) -> None:
+    """Equal to 1e-6, -inf in the same places."""
+    assert torch.equal(torch.isinf(ours), torch.isinf(theirs))
+    finite = torch.isfinite(theirs)
+    torch.testing.assert_close(ours[finite], theirs[finite], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("t", [0.3, 1.0, 1.7])
+def test_temperature_equals_hf(t):
+    x = _logits()
+    _same(apply_temperature(x, t), TemperatureLogitsWarper(t)(None, x.clone()))
+
+
+@pytest.mark.parametrize("k", [1, 5, 40, V, V + 10])
+def test_top_k_equals_hf(k):
+    x = _logits()
+    x[0, :10] = x[0, 0]  # ties at the k-th value are kept by both
+    ours = top_k_filter(x, k)
+    _same(ours, TopKLogitsWarper(k)(None, x.clone()))
+    assert (torch.isfinite(ours).sum(dim=1) >= min(k, V)).all()
+
+
+@pytest.mark.parametrize("p", [0.05, 0.5, 0.9, 0.999, 1.0])
+def test_top_p_equals_hf(p):
+    x = _logits(seed=1)
+    ours = top_p_filter(x, p)
+    _same(ours, TopPLogitsWarper(p)(None, x.clone()))
+    assert (torch.isfinite(ours).sum(dim=1) >= 1).all()
+
+
+@pytest.mark.parametrize("penalty", [0.5, 1.0, 1.3, 2.0])
+def test_repetition_penalty_equals_hf(penalty):
+    x = _logits()
+    g = torch.Generator().manual_seed(2)
+    ids = torch.randint(0, V, (6, 30), generator=g)  # repeats within rows
+    ours = repetition_penalty(x, seen_tokens(ids, V), penalty)
+    _same(ours, RepetitionPenaltyLogitsProcessor(penalty)(ids, x.clone()))
+
+
+def test_seen_tokens_ignores_padding():
+    ids = torch.tensor([[5, 5, 7, 3], [1, 2, 3, 4]])
+    mask = torch.tensor([[False, True, True, True], [False, False, True, True]])
+    seen = seen_tokens(ids, 10, mask)
+    assert seen[0].nonzero().flatten().tolist() == [3, 5, 7]
+    assert seen[1].nonzero().flatten().tolist() == [3, 4]  # 1 and 2 are padding
+
+
+def test_process_logits_equals_hf_chain():
+    """Repetition penalty, temperature, top-k, top-p in Hugging Face's order."""
+    x = _logits(seed=3)
+    ids = torch.randint(0, V, (6, 12))
+    hf = LogitsProcessorList([
+        RepetitionPenaltyLogitsProcessor(1.2),
+        TemperatureLogitsWarper(0.7),
+        TopKLogitsWarper(20),
+        TopPLogitsWarper(0.8),
+    ])  # fmt: skip
+    ours = process_logits(
+        x, seen=seen_tokens(ids, V), repetition=1.2, temperature=0.7, top_k=20, top_p=0.8
+    )
+    _same(ours, hf(ids, x.clone()))
+
+
+def test_process_logits_greedy_applies_only_the_penalty():
+    x = _logits()
+    assert torch.equal(process_logits(x, temperature=0.0), x)
+    ids = torch.randint(0, V, (6, 5))
+    _same(
+        process_logits(x, seen=seen_tokens(ids, V), repetition=1.5, temperature=0.0),
+        RepetitionPenaltyLogitsProcessor(1.5)(ids, x.clone()),
+    )
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda x: apply_temperature(x, 0.0), "temperature"),
+        (lambda x: top_k_filter(x, 0), "top_k"),
+        (lambda x: top_p_filter(x, 0.0), "top_p"),
+        (lambda x: top_p_filter(x, 1.5), "top_p"),
+        (lambda x: repetition_penalty(x, torch.zeros_like(x, dtype=torch.bool), 0.0), "repetition"),
+        (lambda x: process_logits(x, repetition=1.2), "seen"),
+    ],
+)
+def test_bad_arguments_name_themselves(call, name):
+    with pytest.raises(ValueError, match=name):
+        call(_logits())
+
+
+def test_top_p_keeps_every_token_tied_at_the_cut():
+    """The cut is a logit threshold: ties with the smallest kept logit all stay (Hugging Face
+    keeps or drops them by its sort order)."""
+    x = torch.tensor([[0.0, 0.0, 0.0, 0.0, -5.0]])
+    assert torch.isfinite(top_p_filter(x, 0.5)).tolist() == [[True, True, True, True, False]]

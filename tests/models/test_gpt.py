@@ -1,0 +1,294 @@
+"""attnkit GPT on its own: built from attnkit's layers, causal, padding-proof (left and right, no
+NaN), the KV cache equal to full recomputation, and clear errors for bad configs and inputs.
+Parity with Hugging Face GPT-2 is in test_gpt_hf.py."""
+
+import pytest
+import torch
+
+from attnkit.models import GPT, GPTCache, GPTConfig
+from attnkit.modules import EncoderLayer
+from tests.helpers.gpt import padded
+
+TOL = dict(atol=1e-5, rtol=0)
+TINY = dict(
+    vocab_size=53,
+    context_length=24,
+    d_model=16,
+    num_heads=2,
+    num_layers=2,
+    d_ff=40,
+    dropout=0.0,
+    attn_dropout=0.0,
+    embed_dropout=0.0,
+    initializer_range=0.3,
+    bos_token_id=0,
+    eos_token_id=0,
+)
+LENGTHS = (7, 3, 1, 5)
+
+
+def tiny(**overrides) -> GPT:
+    return GPT(GPTConfig(**{**TINY, **overrides})).eval()
+
+
+@pytest.fixture
+def rows():
+    return [torch.randint(1, 53, (n,)) for n in LENGTHS]
+
+
+# --------------------------------------------------------------------------- structure
+
+
+def test_blocks_are_attnkit_encoder_layers_with_a_tied_head():
+    model = tiny()
+    assert all(isinstance(layer, EncoderLayer) for layer in model.blocks.layers)
+    assert len(model.blocks.layers) == 2 and model.blocks.norm is not None
+    assert all(layer.attn_block.norm_first for layer in model.blocks.layers)  # pre-LN
+    assert model.lm_head.weight is model.embed.weight
+    untied = tiny(tie_output=False)
+    assert untied.lm_head.weight is not untied.embed.weight
+
+
+def test_residual_projections_get_gpt2_scaled_init():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**{**TINY, "d_model": 64, "d_ff": 256, "num_layers": 8}))
+    std = 0.3 / (2 * 8) ** 0.5
+    layer = model.blocks.layers[0]
+    assert abs(layer.self_attn.out_proj.weight.std().item() - std) < 0.15 * std
+    assert abs(layer.self_attn.in_proj.weight.std().item() - 0.3) < 0.15 * 0.3
+    assert torch.equal(layer.self_attn.in_proj.bias, torch.zeros(3 * 64))
+
+
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal"])
+def test_causal_a_later_token_never_changes_earlier_logits(positional):
+    model = tiny(positional=positional)
+    ids = torch.randint(0, 53, (2, 9))
+    changed = ids.clone()
+    changed[:, 5:] = (changed[:, 5:] + 7) % 53
+    with torch.no_grad():
+        a, b = model(ids).logits, model(changed).logits
+    torch.testing.assert_close(a[:, :5], b[:, :5], atol=0, rtol=0)
+    assert not torch.allclose(a[:, 5:], b[:, 5:])
+
+
+def test_sinusoidal_positions_are_the_attnkit_encoding():
+    """With sinusoidal positions, token + PE(pos) goes into the first block."""
+    model = tiny(positional="sinusoidal")
+    seen = {}
+    model.blocks.layers[0].register_forward_pre_hook(lambda m, args: seen.setdefault("x", args[0]))
+    ids = torch.randint(0, 53, (1, 6))
+    with torch.no_grad():
+        model(ids)
+    expected = model.positions(model.embed(ids))  # SinusoidalPositionalEncoding adds PE(0..5)
+    torch.testing.assert_close(seen["x"], expected, atol=0, rtol=0)
+
+
+# --------------------------------------------------------------------------- padding
+
+
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal"])
+def test_each_padded_row_equals_the_row_alone(rows, padding_side, positional):
+    model = tiny(positional=positional)
+    ids, mask = padded(rows, padding_side)
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask).logits
+        for i, row in enumerate(rows):
+            alone = model(row[None]).logits[0]
+            torch.testing.assert_close(out[i][mask[i]], alone, **TOL)
+    assert not out.isnan().any()
+
+
+def test_integer_mask_equals_bool_mask_and_all_ones_equals_none(rows):
+    model = tiny()
+    ids, mask = padded(rows, "left")
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model(ids, attention_mask=mask.long()).logits,
+            model(ids, attention_mask=mask).logits,
+            atol=0,
+            rtol=0,
+        )
+        torch.testing.assert_close(
+            model(ids, attention_mask=torch.ones_like(ids)).logits, model(ids).logits, atol=0, rtol=0
+        )
+
+
+def test_a_row_of_only_padding_gives_no_nan():
+    model = tiny()
+    ids = torch.randint(0, 53, (2, 4))
+    mask = torch.tensor([[True, True, True, True], [False, False, False, False]])
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask, return_weights=True)
+    assert not out.logits.isnan().any()
+    assert all(not w.isnan().any() and torch.equal(w[1], torch.zeros_like(w[1])) for w in out.weights)
+
+
+# --------------------------------------------------------------------------- cache
+
+
+def incremental(model, ids, mask, split, *, cache_len=None):
+    """Prefill ``ids[:, :split]`` (with its mask), then one column at a time."""
+    b, t = ids.shape
+    cache = model.init_cache(b, cache_len or t)
+    with torch.no_grad():
+        outs = [model(ids[:, :split], attention_mask=mask[:, :split], cache=cache).logits]
+        for j in range(split, t):
+            outs.append(model(ids[:, j : j + 1], attention_mask=mask[:, j : j + 1], cache=cache).logits)
+    return torch.cat(outs, 1), cache
+
+
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal"])
+def test_prefill_then_steps_equals_one_full_pass(rows, padding_side, positional):
+    model = tiny(positional=positional)
+    prompt_ids, prompt_mask = padded(rows, padding_side)
+    new = torch.randint(1, 53, (len(rows), 4))
+    ids = torch.cat([prompt_ids, new], 1)
+    mask = torch.cat([prompt_mask, torch.ones(len(rows), 4, dtype=torch.bool)], 1)
+    with torch.no_grad():
+        full = model(ids, attention_mask=mask).logits
+    steps, cache = incremental(model, ids, mask, prompt_ids.shape[1], cache_len=ids.shape[1] + 3)
+    torch.testing.assert_close(steps[mask], full[mask], **TOL)
+    assert not steps.isnan().any()
+    assert cache.length == ids.shape[1] and cache.max_len == ids.shape[1] + 3
+    assert cache.positions.tolist() == [n + 4 for n in LENGTHS]
+    # Every row continues exactly as the row alone would (its own positions, no padding seen).
+    for i, row in enumerate(rows):
+        with torch.no_grad():
+            alone = model(torch.cat([row, new[i]])[None]).logits[0, -4:]
+        torch.testing.assert_close(steps[i, -4:], alone, **TOL)
+
+
+def test_one_token_at_a_time_from_the_start_equals_full_pass(rows):
+    model = tiny()
+    ids, mask = padded(rows, "left")
+    with torch.no_grad():
+        full = model(ids, attention_mask=mask).logits
+    steps, _ = incremental(model, ids, mask, 1)
+    torch.testing.assert_close(steps[mask], full[mask], **TOL)
+
+
+def test_weights_with_a_cache_equal_the_full_pass_rows(rows):
+    model = tiny()
+    ids, mask = padded(rows, "left")
+    with torch.no_grad():
+        full = model(ids, attention_mask=mask, return_weights=True).weights
+        cache = model.init_cache(len(rows), ids.shape[1])
+        model(ids[:, :-1], attention_mask=mask[:, :-1], cache=cache)
+        last = model(ids[:, -1:], cache=cache, return_weights=True).weights
+    for f, w in zip(full, last, strict=True):
+        torch.testing.assert_close(w[:, :, 0], f[:, :, -1], **TOL)
+
+
+def test_cache_reorder_follows_the_selected_rows(rows):
+    model = tiny()
+    ids, mask = padded(rows, "left")
+    cache = model.init_cache(4, ids.shape[1] + 1)
+    nxt = torch.randint(1, 53, (4, 1))
+    with torch.no_grad():
+        model(ids, attention_mask=mask, cache=cache)
+        index = torch.tensor([2, 0])
+        cache.reorder(index)
+        assert cache.batch_size == 2 and cache.positions.tolist() == [LENGTHS[2], LENGTHS[0]]
+        got = model(nxt[index], cache=cache).logits[:, 0]
+        full = model(
+            torch.cat([ids, nxt], 1)[index],
+            attention_mask=torch.cat([mask, torch.ones(4, 1, dtype=torch.bool)], 1)[index],
+        ).logits[:, -1]
+    torch.testing.assert_close(got, full, **TOL)
+
+
+def test_init_cache_defaults_and_dtype():
+    model = tiny()
+    cache = model.init_cache(3)
+    assert isinstance(cache, GPTCache) and cache.max_len == 24 and len(cache.layers) == 2
+    assert cache.layers[0].k.shape == (3, 2, 24, 8) and cache.layers[0].k.dtype == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert model.init_cache(1, 4).layers[0].k.dtype == torch.bfloat16
+    assert model.init_cache(1, 4, dtype=torch.float64).layers[1].v.dtype == torch.float64
+    with pytest.raises(ValueError, match=r"batch_size: expected a positive integer, got 0"):
+        model.init_cache(0)
+    with pytest.raises(ValueError, match=r"max_len: expected a positive integer, got -1"):
+        model.init_cache(1, -1)
+
+
+def test_cache_refusals_leave_it_as_it_was():
+    model = tiny()
+    with pytest.raises(ValueError, match=r"cache: made for 2 rows, but ids has 1 rows"):
+        model(torch.ones(1, 1, dtype=torch.long), cache=model.init_cache(2, 3))
+    for max_len, message in (
+        (3, r"4 positions exceed the cache's max_len=3"),
+        (30, r"ids: a row reaches position 24, beyond context_length=24"),
+    ):
+        cache = model.init_cache(2, max_len)
+        t = min(max_len, 24)
+        with torch.no_grad():
+            model(torch.ones(2, t, dtype=torch.long), cache=cache)
+            with pytest.raises(ValueError, match=message):
+                model(torch.ones(2, 1, dtype=torch.long), cache=cache)
+        assert cache.length == t and cache.positions.tolist() == [t, t]
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    "ids,mask,error,message",
+    [
+        (torch.tensor([[1, 53]]), None, ValueError, r"ids: token id 53 is outside the vocabulary \[0, 53\)"),
+        (torch.tensor([[-1, 2]]), None, ValueError, r"ids: token id -1 is outside"),
+        (torch.ones(1, 25, dtype=torch.long), None, ValueError, r"ids: a row reaches position 24, beyond context_length=24"),
+        (torch.ones(3, dtype=torch.long), None, ValueError, r"ids: expected integer token ids of shape \(B, T\), got shape \(3,\)"),
+        (torch.ones(1, 3), None, ValueError, r"ids: expected integer token ids .* dtype torch.float32"),
+        (torch.ones(1, 0, dtype=torch.long), None, ValueError, r"ids: expected at least one token"),
+        ([[1, 2]], None, TypeError, r"ids: expected a torch.Tensor, got list"),
+        (torch.ones(1, 3, dtype=torch.long), torch.ones(1, 4, dtype=torch.bool), ValueError, r"attention_mask: expected the shape of ids \(1, 3\), got \(1, 4\)"),
+        (torch.ones(1, 3, dtype=torch.long), torch.ones(1, 3), TypeError, r"attention_mask: expected bool or 0/1 integers .* got dtype torch.float32"),
+        (torch.ones(1, 3, dtype=torch.long), torch.tensor([[0, 1, 2]]), ValueError, r"attention_mask: expected only 0 and 1"),
+        (torch.ones(1, 3, dtype=torch.long), [[1, 1, 1]], TypeError, r"attention_mask: expected a torch.Tensor, got list"),
+    ],
+)
+def test_bad_inputs_raise_clear_errors(ids, mask, error, message):
+    with pytest.raises(error, match=message):
+        tiny()(ids, attention_mask=mask)
+
+
+def test_padding_does_not_count_against_the_context():
+    """Positions count real tokens: 24 real tokens fit a context of 24 even behind padding."""
+    model = tiny()
+    ids = torch.ones(1, 30, dtype=torch.long)
+    mask = torch.ones(1, 30, dtype=torch.bool)
+    mask[0, :6] = False
+    with torch.no_grad():
+        assert not model(ids, attention_mask=mask).logits.isnan().any()
+    mask[0, 5] = True
+    with pytest.raises(ValueError, match=r"reaches position 24, beyond context_length=24"):
+        model(ids, attention_mask=mask)
+
+
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("d_model", 15, r"d_model must be a multiple of num_heads, got d_model=15, num_heads=2"),
+        ("vocab_size", 0, r"vocab_size: expected an integer from 1"),
+        ("context_length", "24", r"context_length: expected an integer"),
+        ("dropout", 1.0, r"dropout: expected a number in \[0.0, 1.0\)"),
+        ("activation", "swish", r"activation: expected one of \['gelu', 'gelu_tanh', 'relu'\]"),
+        ("positional", "rope", r"positional: expected one of \['learned', 'sinusoidal'\]"),
+        ("eos_token_id", 53, r"eos_token_id: expected an integer from 0 to 52"),
+        ("bias", 1, r"bias: expected true or false"),
+    ],
+)
+def test_bad_config_fields_are_named(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        GPTConfig(**{**TINY, field: value})
+
+
+def test_dropout_is_active_in_training_only():
+    model = tiny(dropout=0.5, attn_dropout=0.5, embed_dropout=0.5)
+    ids = torch.randint(0, 53, (2, 6))
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, model(ids).logits)
+        model.train()
+        assert not torch.equal(model(ids).logits, model(ids).logits)

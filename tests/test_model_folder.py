@@ -1,0 +1,503 @@
+"""attnkit.model_folder: clear errors for every kind of bad file, tied weights and dtypes,
+atomic folder writes that never replace what attnkit did not write.
+
+Reference readers and writers are the safetensors library's own (``load_file`` /
+``save_file``) and plain ``json``, never the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from attnkit import model_folder as mf
+from tests.helpers.bad_files import BAD_JSON, TRUNCATIONS, truncate
+
+# --------------------------------------------------------------------------- fixtures
+
+
+class Tied(nn.Module):
+    """Embedding tied to the output projection, a norm and an integer buffer."""
+
+    def __init__(self, vocab: int = 7, width: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.norm = nn.LayerNorm(width)
+        self.output = nn.Linear(width, vocab, bias=False)
+        self.output.weight = self.embed.weight
+        self.register_buffer("counts", torch.arange(3))
+
+
+def good_folder(folder: Path, model: nn.Module | None = None) -> Path:
+    """A folder written through atomic_folder (what attnkit may later replace)."""
+    model = Tied() if model is None else model
+    with mf.atomic_folder(folder) as tmp:
+        mf.write_weights(tmp / mf.WEIGHTS_FILE, model)
+        mf.write_json(tmp / mf.CONFIG_FILE, {"model_type": "tied", "vocab": 7})
+    return folder
+
+
+class _Touch:
+    """Unpickling this creates ``path``: proof of whether a file was unpickled."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (Path.touch, (self.path,))
+
+
+def contents(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+# --------------------------------------------------------------------------- config.json
+
+
+@pytest.mark.parametrize("content,message", BAD_JSON)
+def test_bad_config_json_is_named(tmp_path, content, message):
+    (tmp_path / "config.json").write_bytes(content)
+    with pytest.raises(ValueError, match=message) as err:
+        mf.read_config(tmp_path)
+    assert str(err.value).startswith(f"{tmp_path / 'config.json'}: ")
+
+
+def test_config_that_is_missing_a_folder_or_not_a_folder(tmp_path):
+    with pytest.raises(mf.MissingFileError, match=r"config.json: missing"):
+        mf.read_config(tmp_path)
+    try:  # both kinds of caller catch it
+        mf.read_config(tmp_path)
+    except ValueError as err:
+        assert isinstance(err, FileNotFoundError)
+    (tmp_path / "config.json").mkdir()
+    with pytest.raises(ValueError, match=r"config.json: a folder, expected"):
+        mf.read_config(tmp_path)
+    with pytest.raises(ValueError, match=r"nope: not a folder \(does not exist\)"):
+        mf.read_config(tmp_path / "nope")
+    (tmp_path / "file").write_text("{}")
+    with pytest.raises(ValueError, match=r"file: not a folder \(a file\)"):
+        mf.read_config(tmp_path / "file")
+
+
+def test_a_good_config_reads_as_the_json_module_reads_it(tmp_path):
+    data = {"model": {"d_model": 8}, "note": "Fahrrad über Brücke", "x": [1, 2.5, None]}
+    (tmp_path / "config.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    assert mf.read_config(tmp_path) == data
+
+
+@pytest.mark.parametrize(
+    "config,kind",
+    [
+        ({"model": {"d_model": 8}, "data": {}, "optim": {}}, "translation"),
+        ({"model": {}}, "translation"),
+        ({"num_encoder_layers": 2, "d_model": 8}, "translation"),
+        ({"model_type": "bert", "hidden_size": 8}, "bert"),
+        ({"model_type": "BERT"}, "bert"),
+        ({"architectures": ["BertForMaskedLM"]}, "bert"),
+        ({"model_type": "gpt2", "n_embd": 8}, "gpt2"),
+        ({"architectures": ["GPT2LMHeadModel"]}, "gpt2"),
+        ({"model_type": "t5"}, "t5"),
+        ({"lr": 0.1}, "unknown"),
+        ({"model": "not an object"}, "unknown"),
+    ],
+)
+def test_folder_kind(config, kind):
+    assert mf.folder_kind(config) == kind
+
+
+def test_a_folder_of_another_kind_says_what_it_is_and_what_reads_it(tmp_path):
+    with pytest.raises(ValueError, match=r"this is a Hugging Face BERT folder; use `attnkit embed"):
+        mf.expect_kind(tmp_path, {"model_type": "bert"}, "translation")
+    with pytest.raises(ValueError, match=r"this is an attnkit translation model folder; use `attnkit translate"):
+        mf.expect_kind(tmp_path, {"model": {}}, "bert")
+    with pytest.raises(ValueError, match=r"GPT-2 folder"):
+        mf.expect_kind(tmp_path, {"model_type": "gpt2"}, "bert", allow_unknown=True)
+    with pytest.raises(ValueError, match=r"not a translation model config .*\['lr'\]"):
+        mf.expect_kind(tmp_path, {"lr": 1}, "translation")
+    assert mf.expect_kind(tmp_path, {"lr": 1}, "translation", allow_unknown=True) == "unknown"
+
+
+# --------------------------------------------------------------------------- weights files
+
+
+@pytest.fixture()
+def weights_file(tmp_path):
+    path = tmp_path / "model.safetensors"
+    save_file({"a": torch.randn(64, 8), "b": torch.arange(10)}, str(path))
+    return path
+
+
+@pytest.mark.parametrize("keep", TRUNCATIONS)
+def test_truncated_weights_are_named(weights_file, keep):
+    truncate(weights_file, keep)
+    with pytest.raises(ValueError, match=r"model.safetensors: (empty|not a readable safetensors)"):
+        mf.read_weights(weights_file)
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (b"", r"empty \(0 bytes\)"),
+        (b"\x00garbage", r"not a readable safetensors file"),
+        (b"\xff" * 64, r"not a readable safetensors file"),
+        (b"{}", r"not a readable safetensors file"),
+        ((16).to_bytes(8, "little") + b'{"a": "b"}      ', r"not a readable safetensors file"),
+    ],
+)
+def test_empty_and_corrupt_weights_are_named(weights_file, content, message):
+    weights_file.write_bytes(content)
+    with pytest.raises(ValueError, match=message) as err:
+        mf.read_weights(weights_file.parent)
+    assert str(weights_file) in str(err.value)
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_a_pickle_posing_as_safetensors_is_refused_without_unpickling(tmp_path, legacy):
+    sentinel = tmp_path / "unpickled"
+    path = tmp_path / "model.safetensors"
+    torch.save({"w": _Touch(sentinel)}, path, _use_new_zipfile_serialization=not legacy)
+    with pytest.raises(ValueError, match=r"a PyTorch pickle \(torch.save\) file, not safetensors; .*arbitrary code.*convert"):
+        mf.read_weights(tmp_path)
+    assert not sentinel.exists()
+    shutil.copyfile(path, tmp_path / "payload.pt")  # torch.load reads *.safetensors as such
+    torch.load(tmp_path / "payload.pt", weights_only=False)  # the payload is live
+    assert sentinel.exists()
+
+
+@pytest.mark.parametrize("name", mf.PICKLE_WEIGHTS_FILES)
+def test_pickled_weights_files_are_refused_with_a_conversion_command(tmp_path, name):
+    sentinel = tmp_path / "unpickled"
+    (tmp_path / name).write_bytes(pickle.dumps(_Touch(sentinel)))
+    with pytest.raises(ValueError, match=rf"{name}: pickled weights, not model.safetensors") as err:
+        mf.read_weights(tmp_path)
+    assert f"torch.load('{name}', weights_only=True)" in str(err.value)
+    assert not sentinel.exists()
+
+
+def test_missing_weights_and_a_folder_named_like_them(tmp_path):
+    with pytest.raises(mf.MissingFileError, match=r"model.safetensors: missing"):
+        mf.read_weights(tmp_path)
+    with pytest.raises(mf.MissingFileError, match=r"other.safetensors: missing"):
+        mf.read_weights(tmp_path / "other.safetensors")
+    (tmp_path / "model.safetensors").mkdir()
+    with pytest.raises(ValueError, match=r"model.safetensors: a folder"):
+        mf.read_weights(tmp_path)
+
+
+# --------------------------------------------------------------------------- state dicts
+
+
+def test_write_weights_stores_tied_tensors_once_with_the_writer_mark(tmp_path):
+    model = Tied()
+    mf.write_weights(tmp_path / "w.safetensors", model, metadata={"step": "3"})
+    stored = load_file(tmp_path / "w.safetensors")
+    assert sorted(stored) == ["counts", "embed.weight", "norm.bias", "norm.weight"]
+    for name, tensor in stored.items():
+        assert torch.equal(tensor, model.state_dict()[name]), name
+    assert mf.weights_metadata(tmp_path / "w.safetensors") == {
+        "format": "pt",
+        "step": "3",
+        "writer": "attnkit",
+    }
+
+
+def test_write_weights_casts_floats_only_and_handles_views(tmp_path):
+    base = torch.randn(6, 5)
+    state = {"top": base[:2], "rest": base[2:], "t": base.t(), "ids": torch.arange(4)}
+    mf.write_weights(tmp_path / "w.safetensors", state, dtype=torch.bfloat16)
+    stored = load_file(tmp_path / "w.safetensors")
+    assert torch.equal(stored["top"], base[:2].to(torch.bfloat16))
+    assert torch.equal(stored["rest"], base[2:].to(torch.bfloat16))
+    assert torch.equal(stored["t"], base.t().to(torch.bfloat16))
+    assert stored["ids"].dtype == torch.int64 and torch.equal(stored["ids"], torch.arange(4))
+
+
+@pytest.mark.parametrize("stored_name", ["embed.weight", "output.weight"])
+def test_tied_weights_load_from_either_name_and_stay_tied(tmp_path, stored_name):
+    source = Tied()
+    state = {k: v.clone() for k, v in source.state_dict().items()}
+    del state["output.weight" if stored_name == "embed.weight" else "embed.weight"]
+    save_file(state, str(tmp_path / "model.safetensors"))
+    target = Tied()
+    mf.load_weights(target, tmp_path)
+    assert target.output.weight is target.embed.weight
+    assert torch.equal(target.embed.weight, source.embed.weight)
+
+
+def test_bfloat16_weights_are_cast_to_the_model_and_dtype_casts_after(tmp_path):
+    source = Tied()
+    save_file(
+        {k: v.to(torch.bfloat16) if v.is_floating_point() else v
+         for k, v in source.state_dict().items() if k != "output.weight"},
+        str(tmp_path / "model.safetensors"),
+    )
+    target = mf.load_weights(Tied(), tmp_path)
+    assert target.embed.weight.dtype == torch.float32
+    assert torch.equal(target.embed.weight, source.embed.weight.to(torch.bfloat16).float())
+    as64 = mf.load_weights(Tied(), tmp_path, dtype=torch.float64)
+    assert as64.norm.weight.dtype == torch.float64 and as64.counts.dtype == torch.int64
+
+
+def _state(**changes):
+    state = {k: v.clone() for k, v in Tied().state_dict().items() if k != "output.weight"}
+    for key, value in changes.items():
+        key = key.replace("__", ".")
+        if value is None:
+            del state[key]
+        else:
+            state[key] = value
+    return state
+
+
+@pytest.mark.parametrize(
+    "state,message",
+    [
+        (_state(norm__bias=None), r"weights do not match the model: missing keys \['norm.bias'\]"),
+        (_state(extra=torch.zeros(1)), r"unexpected keys \['extra'\]"),
+        (_state(norm__weight=torch.ones(5)), r"shapes differ: \['norm.weight: file \(5,\), model \(4,\)'\]"),
+        (_state(embed__weight=torch.ones(7, 4, dtype=torch.int32)), r"expected floating-point tensors, got \['embed.weight: torch.int32'"),
+        (_state(norm__weight=torch.ones(4, dtype=torch.bool)), r"norm.weight: torch.bool"),
+        (
+            {**_state(), "output.weight": torch.zeros(7, 4)},
+            r"'embed.weight' and 'output.weight' are tied in the model but differ in the file",
+        ),
+    ],
+)
+def test_state_dict_mismatches_are_named(tmp_path, state, message):
+    model = Tied()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=message) as err:
+        mf.load_state_dict_into(model, state, source=tmp_path / "w.safetensors")
+    assert str(err.value).startswith(str(tmp_path / "w.safetensors"))
+    for name, value in model.state_dict().items():  # nothing half-loaded
+        assert torch.equal(value, before[name]), name
+
+
+def test_against_names_what_the_model_was_built_from(tmp_path):
+    with pytest.raises(ValueError, match=r"w: does not match .*config.json; weights do not match"):
+        mf.load_state_dict_into(
+            Tied(), _state(norm__bias=None), source="w", against=str(tmp_path / "config.json")
+        )
+    with pytest.raises(ValueError, match="untie"):
+        mf.load_state_dict_into(Tied(), _state(), source="w", assign=True)
+
+
+# --------------------------------------------------------------------------- atomic folders
+
+
+def test_atomic_folder_writes_and_replaces_its_own_folder(tmp_path):
+    folder = good_folder(tmp_path / "a" / "b" / "out")  # parents created
+    first = contents(folder)
+    model = Tied()
+    good_folder(folder, model)
+    assert contents(folder) != first
+    assert torch.equal(load_file(folder / "model.safetensors")["embed.weight"], model.embed.weight)
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["out"]  # no .tmp-/.old- left
+
+
+def test_a_failed_write_leaves_the_previous_folder_and_no_temporary(tmp_path):
+    folder = good_folder(tmp_path / "out")
+    before = contents(folder)
+    with pytest.raises(RuntimeError, match="disk full"), mf.atomic_folder(folder) as tmp:
+        mf.write_json(tmp / mf.CONFIG_FILE, {"model_type": "x"})
+        raise RuntimeError("disk full")
+    assert contents(folder) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_stray_file_in_the_new_folder_is_an_error_before_the_swap(tmp_path):
+    folder = good_folder(tmp_path / "out")
+    before = contents(folder)
+    with pytest.raises(ValueError, match=r"\['notes.txt'\] are not model-folder files"):
+        with mf.atomic_folder(folder) as tmp:
+            (tmp / "notes.txt").write_text("x")
+    assert contents(folder) == before
+    with mf.atomic_folder(folder, extra_files=["notes.txt"]) as tmp:
+        mf.write_weights(tmp / mf.WEIGHTS_FILE, Tied())
+        (tmp / "notes.txt").write_text("x")
+    assert mf.is_attnkit_folder(folder, extra_files=["notes.txt"])
+    assert not mf.is_attnkit_folder(folder)
+
+
+def _user_files(folder: Path) -> None:
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("\\chapter{Attention}")
+    (folder / "figures").mkdir()
+
+
+def _hf_folder(folder: Path) -> None:
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    save_file({"w": torch.zeros(2)}, str(folder / "model.safetensors"))  # no writer mark
+
+
+def _only_config(folder: Path) -> None:
+    folder.mkdir()
+    (folder / "config.json").write_text('{"theme": "dark"}')
+
+
+def _run_folder(folder: Path) -> None:
+    good_folder(folder / "last")
+    (folder / "metrics.jsonl").write_text("{}\n")
+
+
+def _file(path: Path) -> None:
+    path.write_text("precious")
+
+
+def _symlink(path: Path) -> None:
+    good_folder(path.parent / "real")
+    path.symlink_to(path.parent / "real")
+
+
+def _nested(folder: Path) -> None:
+    good_folder(folder)
+    (folder / "config.json").unlink()
+    (folder / "config.json").mkdir()
+
+
+@pytest.mark.parametrize(
+    "make,reason",
+    [
+        (_user_files, r"it holds \['figures', 'thesis.tex'\], which attnkit does not write"),
+        (_hf_folder, r"neither attnkit's writer mark in model.safetensors nor"),
+        (_only_config, r"neither attnkit's writer mark .* \"model\" section in config.json"),
+        (_run_folder, r"it holds \['last'\]"),
+        (_file, r"a file, not a folder"),
+        (_symlink, r"a symbolic link"),
+        (_nested, r"it holds \['config.json'\]"),
+    ],
+)
+def test_what_attnkit_did_not_write_is_refused_and_left_alone(tmp_path, make, reason):
+    target = tmp_path / "out"
+    make(target)
+    snapshot = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with pytest.raises(ValueError, match=rf"output folder '.*out': refusing to replace it: {reason}"):
+        with mf.atomic_folder(target) as tmp:
+            mf.write_weights(tmp / mf.WEIGHTS_FILE, Tied())
+    after = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert after == snapshot
+    assert not any(".tmp-" in p.name for p in tmp_path.iterdir())
+
+
+def test_empty_and_legacy_translation_folders_may_be_replaced(tmp_path):
+    (tmp_path / "empty").mkdir()
+    mf.check_replaceable(tmp_path / "empty")
+    legacy = tmp_path / "legacy"  # written before the writer mark: attnkit's "model" section
+    legacy.mkdir()
+    (legacy / "config.json").write_text(json.dumps({"model": {"d_model": 8}}))
+    save_file({"w": torch.zeros(2)}, str(legacy / "model.safetensors"))
+    (legacy / "train.log").write_text("log")
+    assert mf.is_attnkit_folder(legacy)
+    good_folder(legacy)
+    assert mf.weights_metadata(legacy / "model.safetensors")["writer"] == "attnkit"
+
+
+def test_unwritable_parent_is_a_clear_error(tmp_path, monkeypatch):
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(ValueError, match=r"cannot write beside it in '.*a_file'"):
+        good_folder(tmp_path / "a_file" / "out")
+
+    def read_only(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", read_only)  # as root, chmod does not stop writes
+    with pytest.raises(ValueError, match=r"cannot write beside it .*Permission denied"):
+        good_folder(tmp_path / "out")
+
+
+def test_stale_temporaries_are_removed_but_look_alikes_are_kept(tmp_path):
+    (tmp_path / "out.tmp-999").mkdir()
+    (tmp_path / "out.tmp-999" / "model.safetensors").write_bytes(b"\0" * 10)
+    good_folder(tmp_path / "out.old-998")
+    user = tmp_path / "out.old-2019"
+    _user_files(user)
+    (tmp_path / "out.older").mkdir()
+    good_folder(tmp_path / "out.v2.tmp-5")  # another folder's temporary, not out's
+    good_folder(tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "out", "out.old-2019", "out.older", "out.v2.tmp-5"
+    ]
+    assert (user / "thesis.tex").is_file()
+
+
+def test_recover_folder_takes_the_old_version_never_a_temporary(tmp_path):
+    folder = tmp_path / "out"
+    (tmp_path / "out.tmp-5").mkdir()
+    (tmp_path / "out.tmp-5" / "model.safetensors").write_bytes(b"partial")
+    assert mf.recover_folder(folder) is None
+    good_folder(tmp_path / "keep")
+    os.rename(tmp_path / "keep", tmp_path / "out.old-7")
+    assert mf.recover_folder(folder) == tmp_path / "out.old-7"
+    assert mf.old_versions(folder) == [tmp_path / "out.old-7"]
+    shutil.copytree(tmp_path / "out.old-7", folder)
+    assert mf.recover_folder(folder) == folder
+
+
+def test_write_text_atomic_replaces_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "log.txt"
+    path.write_text("old")
+    mf.write_text_atomic(path, "new ü")
+    assert path.read_text(encoding="utf-8") == "new ü"
+    assert [p.name for p in tmp_path.iterdir()] == ["log.txt"]
+
+
+# --------------------------------------------------------------------------- any model folder
+
+
+def test_load_pretrained_dispatches_on_the_config(tmp_path):
+    from attnkit.decoding import shipped_model_dir
+    from attnkit.models import Transformer
+    from attnkit.models.bert import BertModel, default_model_dir
+
+    translation = mf.load_pretrained(None)  # the shipped model
+    assert translation.model_type == "translation" and translation.folder == shipped_model_dir()
+    assert isinstance(translation.model, Transformer) and not translation.model.training
+    bert = mf.load_pretrained(default_model_dir())
+    assert bert.model_type == "bert" and isinstance(bert.model, BertModel)
+    assert bert.tokenizer is bert.model.tokenizer
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    with pytest.raises(ValueError, match=r"this is a Hugging Face GPT-2 folder; .*expected a translation or bert"):
+        mf.load_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text("[]")
+    with pytest.raises(ValueError, match=r"config.json: expected a JSON object"):
+        mf.load_pretrained(tmp_path)
+
+
+def test_a_failed_swap_puts_the_previous_folder_back(tmp_path, monkeypatch):
+    folder = good_folder(tmp_path / "out")
+    before = contents(folder)
+    rename = os.rename
+
+    def fail_on_the_new_folder(src, dst):
+        if ".tmp-" in os.fspath(src):
+            raise OSError(28, "No space left on device")
+        rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", fail_on_the_new_folder)
+    with pytest.raises(ValueError, match=r"output folder '.*out': cannot replace it .*No space"):
+        good_folder(folder)
+    assert contents(folder) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_unreadable_files_are_a_clear_error(tmp_path, monkeypatch):
+    good_folder(tmp_path / "out")
+
+    def denied(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_bytes", denied)  # as root, chmod 000 does not stop reads
+    with pytest.raises(ValueError, match=r"out/config.json: cannot read it \(Permission denied\)"):
+        mf.read_config(tmp_path / "out")
+    monkeypatch.setattr("builtins.open", denied)
+    with pytest.raises(ValueError, match=r"model.safetensors: cannot read it \(Permission denied\)"):
+        mf.read_weights(tmp_path / "out")

@@ -1,0 +1,171 @@
+"""`attnkit train` guarantees: what --resume may change, what the budget flags mean."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from attnkit.cli import main
+from attnkit.training.config import TrainConfig
+from attnkit.training.limits import resume_conflicts
+from attnkit.training.metrics_log import read_metrics
+from tests.helpers.training import FAST, TINY_COPY
+
+from .test_run_folder import snapshot
+
+SETS = [arg for item in FAST for arg in ("--set", item)]
+
+
+def new_run(folder, *args: str) -> int:
+    return main(["train", "--no-progress", "--config", str(TINY_COPY), "--out", str(folder), *SETS, *args])
+
+
+def resume(folder, *args: str) -> int:
+    return main(["train", "--no-progress", "--resume", str(folder), *args])
+
+
+def state(folder) -> dict:
+    return json.loads((folder / "last" / "state.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def saved_run(tmp_path_factory):
+    """A 2-step run; each test copies it, so that it is trained once."""
+    folder = tmp_path_factory.mktemp("saved") / "run"
+    assert new_run(folder, "--max-steps", "2") == 0
+    return folder
+
+
+@pytest.fixture
+def run_copy(saved_run, tmp_path):
+    folder = tmp_path / "run"
+    shutil.copytree(saved_run, folder)
+    return folder
+
+
+REFUSED = [
+    "model.d_model=64",
+    "model.num_heads=4",
+    "model.d_ff=128",
+    "model.num_encoder_layers=2",
+    "model.activation=gelu",
+    "model.norm_first=false",
+    "model.positional=learned",
+    "model.max_len=64",
+    "model.tie_output=false",
+    "data.vocab_size=400",
+    "data.corpus=multi30k",
+    "data.copy_words=30",
+    "data.copy_train_pairs=100",
+    "data.src_lang=en",
+]
+
+
+@pytest.mark.parametrize("item", REFUSED)
+def test_resume_refuses_changes_to_the_weights_or_the_tokenizer(run_copy, capsys, item):
+    before = snapshot(run_copy)
+    assert resume(run_copy, "--set", item, "--max-steps", "4") == 2
+    err = capsys.readouterr().err
+    key = item.partition("=")[0]
+    assert f"cannot change {key} = " in err and "(the run has " in err, err
+    assert "start a new run to change them" in err and "Traceback" not in err
+    after = snapshot(run_copy)
+    assert {k: v for k, v in after.items() if k != ".attnkit.lock"} == {
+        k: v for k, v in before.items() if k != ".attnkit.lock"
+    }
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        ["model.dropout=0.0"],
+        ["optim.lr_scale=0.5", "optim.eval_every=1"],
+        ["optim.max_minutes=30", "optim.label_smoothing=0.0"],
+        ["data.copy_val_pairs=20", "model.attn_dropout=0.1"],
+    ],
+)
+def test_resume_allows_changes_that_keep_weights_and_tokenizer(run_copy, items):
+    sets = [arg for item in items for arg in ("--set", item)]
+    assert resume(run_copy, *sets, "--max-steps", "3") == 0
+    assert state(run_copy)["step"] == 3
+    saved = json.loads((run_copy / "last" / "config.json").read_text())
+    for item in items:
+        (section, key), value = item.partition("=")[0].split("."), item.partition("=")[2]
+        assert saved[section][key] == pytest.approx(json.loads(value)), item
+
+
+def test_resume_conflicts_lists_every_fixed_key():
+    saved = TrainConfig.from_toml(TINY_COPY)
+    changed = saved.with_overrides(
+        ["model.d_model=128", "model.dropout=0.0", "data.vocab_size=500", "data.seed=3"]
+    )
+    assert resume_conflicts(saved, changed) == [
+        "model.d_model = 128 (the run has 64)",
+        "data.vocab_size = 500 (the run has 300)",
+    ]
+    assert resume_conflicts(saved, saved) == []
+
+
+def test_max_minutes_zero_means_no_time_limit_as_help_says(tmp_path, capsys):
+    """`--max-minutes 0` lifts the time limit (as optim.max_minutes = 0 does): the run goes
+    on to its step budget, also on a resume whose saved config had a time limit."""
+    folder = tmp_path / "run"
+    assert new_run(folder, "--max-steps", "2", "--max-minutes", "0") == 0
+    assert state(folder)["step"] == 2
+    assert json.loads((folder / "last" / "config.json").read_text())["optim"]["max_minutes"] == 0
+    assert resume(folder, "--max-minutes", "30", "--max-steps", "3") == 0
+    assert json.loads((folder / "last" / "config.json").read_text())["optim"]["max_minutes"] == 30
+    assert resume(folder, "--max-minutes", "0", "--max-steps", "5") == 0
+    assert state(folder)["step"] == 5
+    assert json.loads((folder / "last" / "config.json").read_text())["optim"]["max_minutes"] == 0
+    assert max(r["step"] for r in read_metrics(folder / "metrics.jsonl")) == 5
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--max-minutes M stop after M minutes of wall time" in help_text
+    assert "0 = no time limit" in help_text
+
+
+def test_max_minutes_zero_without_another_budget_is_a_clear_error(tmp_path, capsys):
+    folder = tmp_path / "run"
+    assert new_run(folder, "--set", "optim.max_steps=0", "--max-minutes", "0") == 2
+    assert "set a budget" in capsys.readouterr().err
+    assert not folder.exists()
+
+
+@pytest.mark.parametrize(
+    "flag,value,message",
+    [
+        ("--max-minutes", "-1", r"--max-minutes -1.0: expected a number in [0.0, 10000000.0]"),
+        ("--max-minutes", "nan", r"--max-minutes nan: expected a number in"),
+        ("--max-minutes", "inf", r"--max-minutes inf: expected a number in"),
+        ("--max-minutes", "1e9", r"--max-minutes 1000000000.0: expected a number in"),
+        ("--max-steps", "-5", r"--max-steps -5: expected an integer from 0 to"),
+        ("--max-steps", "100000000000", r"--max-steps 100000000000: expected an integer from 0"),
+    ],
+)
+def test_bad_budget_flags_name_the_flag(tmp_path, capsys, flag, value, message):
+    folder = tmp_path / "run"
+    assert new_run(folder, flag, value) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+    assert not folder.exists()
+
+
+@pytest.mark.parametrize(
+    "item,message",
+    [
+        ("model.d_model=-64", "--set 'model.d_model=-64': d_model: expected an integer from 1"),
+        ("data.max_tokens=0", "--set 'data.max_tokens=0': data.max_tokens: expected an integer"),
+        ("optim.accumulation=true", "optim.accumulation: expected int, got True (bool)"),
+        ("optim.seed=-1", "optim.seed: expected an integer from 0 to 4,294,967,295, got -1"),
+        ("model.dropout=2", "model.dropout"),
+    ],
+)
+def test_bad_set_on_resume_names_the_item(run_copy, capsys, item, message):
+    assert resume(run_copy, "--set", item) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err

@@ -1,0 +1,112 @@
+"""The translation task: its loss, its batches and its evaluation, and evaluate() first."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnkit.data import Collator
+from attnkit.models import Transformer, TransformerConfig
+from attnkit.training.task import DataPosition
+from attnkit.training.trainer import Trainer, train
+from attnkit.training.translation import SequenceLoss
+from tests.helpers.training import fast_config, weights
+
+
+def test_sequence_loss_equals_full_logits_cross_entropy():
+    """Logits only for real target tokens give torch's label-smoothed loss and gradients."""
+    torch.manual_seed(0)
+    cfg = TransformerConfig(
+        src_vocab_size=23,
+        tgt_vocab_size=23,
+        d_model=16,
+        num_heads=2,
+        d_ff=32,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        dropout=0.0,
+        attn_dropout=0.0,
+    )
+    model = Transformer(cfg)
+    src = torch.randint(4, 23, (3, 7))
+    tgt = torch.randint(4, 23, (3, 6))
+    src[1, 4:] = 0
+    tgt[2, 3:] = 0
+    tgt_in, tgt_out = tgt, torch.cat([tgt[:, 1:], torch.zeros(3, 1, dtype=torch.long)], 1)
+
+    got = SequenceLoss(model)(src, tgt_in, tgt_out, 0.1)
+    got.backward()
+    got_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    logits = model(src, tgt_in)  # (B, T, V), every position
+    want = F.cross_entropy(
+        logits.flatten(0, 1),
+        tgt_out.flatten(),
+        ignore_index=0,
+        label_smoothing=0.1,
+        reduction="sum",
+    )
+    want.backward()
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-5)
+    for g, p in zip(got_grads, model.parameters(), strict=True):
+        torch.testing.assert_close(g, p.grad, rtol=1e-5, atol=1e-6)
+
+
+@torch.no_grad()
+def reference_val_loss(trainer: Trainer) -> float:
+    """Cross-entropy per target token over all validation pairs from the model's full logits
+    and torch's cross_entropy (neither SequenceLoss nor the fused loss)."""
+    task, model = trainer.task, trainer.model.eval()
+    batch = Collator.for_tokenizer(task.tokenizer)(task.val_pairs)
+    logits = model(batch.src, batch.tgt_in)  # (B, T, V)
+    total = F.cross_entropy(
+        logits.flatten(0, 1).double(),
+        batch.tgt_out.flatten(),
+        ignore_index=task.tokenizer.pad_id,
+        reduction="sum",
+    )
+    return float(total) / batch.num_tgt_tokens
+
+
+def test_evaluate_before_fit_gives_the_initial_models_metrics(tmp_path):
+    config = fast_config("optim.max_steps=4", "optim.eval_every=2", "optim.val_bleu=false")
+    trainer = Trainer(config, tmp_path / "a", progress=False)
+    metrics = trainer.evaluate()  # no fit() before: builds what it needs
+    assert set(metrics) == {"val_loss", "val_ppl"}
+    assert metrics["val_loss"] == pytest.approx(reference_val_loss(trainer), rel=1e-5)
+    assert metrics["val_loss"] == pytest.approx(trainer.evaluate()["val_loss"], rel=0, abs=0)
+    # fit() afterwards trains exactly as without the evaluation
+    after_eval = trainer.fit()
+    plain = train(config, tmp_path / "b", progress=False)
+    assert after_eval.step == plain.step == 4
+    a, b = weights(tmp_path / "a"), weights(tmp_path / "b")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_evaluate_on_a_resumed_run_gives_the_checkpoints_metrics(tmp_path):
+    config = fast_config("optim.max_steps=3", "optim.eval_every=3")
+    result = train(config, tmp_path, progress=False)
+    with Trainer(config, tmp_path, resume=True, progress=False) as trainer:
+        metrics = trainer.evaluate()
+        assert trainer.folder.locked
+    assert not trainer.folder.locked
+    assert metrics["val_loss"] == pytest.approx(result.metrics["val_loss"], rel=1e-6)
+    assert metrics["val_bleu"] == pytest.approx(result.metrics["val_bleu"])
+
+
+def test_train_batches_restart_at_a_position_with_the_same_batches(tmp_path):
+    trainer = Trainer(fast_config("optim.max_steps=1"), tmp_path, progress=False)
+    with trainer:
+        trainer.setup()
+        task = trainer.task
+        n = task.batches_per_epoch
+        stream = task.train_batches(DataPosition(0, 0, n))
+        first = [next(stream) for _ in range(n + 3)]  # past the end of epoch 0
+    assert [p for _, p in first[n - 1 : n + 1]] == [DataPosition(0, n, n), DataPosition(1, 1, n)]
+    assert first[n - 1][1].epochs_done == 1 and first[n - 2][1].epochs_done == 0
+    for k in (0, 5, n - 1, n):
+        again = task.train_batches(first[k][1])
+        for (want, want_pos), (got, pos) in zip(first[k + 1 :], again, strict=False):
+            assert torch.equal(want.src, got.src) and torch.equal(want.tgt_out, got.tgt_out)
+            assert pos == want_pos

@@ -1,0 +1,70 @@
+"""A GPT's causal self-attention: captured weights equal Hugging Face's, labels come from the
+tokenizer, and `attnkit attention --model GPT_DIR` draws them in the viewer."""
+
+import json
+import re
+
+import pytest
+import torch
+import transformers
+
+from attnkit.cli import main
+from attnkit.viz.capture import capture_gpt
+from tests.helpers.generation import byte_bpe, load_pair
+
+TEXT = "the quick brown fox, 你好"
+DATA = re.compile(r'<script id="attnkit-data" type="application/json">(.*?)</script>', re.S)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gpt2_attn")
+    hf, gpt = load_pair(folder, byte_bpe())
+    return hf, gpt, folder
+
+
+def test_weights_equal_hugging_face(pair):
+    _, gpt, folder = pair
+    hf = transformers.GPT2LMHeadModel.from_pretrained(folder, attn_implementation="eager").eval()
+    maps = capture_gpt(gpt, None, TEXT)
+    ids = gpt.tokenizer.encode(TEXT)
+    with torch.inference_mode():
+        theirs = hf(torch.tensor([ids]), output_attentions=True).attentions
+    assert maps.model_type == "gpt" and maps.kinds == ["encoder"]
+    assert len(maps.encoder) == len(theirs) == 2
+    for ours, ref in zip(maps.encoder, theirs, strict=True):
+        assert ours.shape == (4, len(ids), len(ids))
+        torch.testing.assert_close(ours, ref[0].float(), rtol=1e-4, atol=1e-5)
+        assert torch.equal(ours.triu(1), torch.zeros_like(ours))  # causal: no future column
+
+
+def test_labels_are_the_tokens(pair):
+    _, gpt, _ = pair
+    text = "the quick brown fox"
+    maps = capture_gpt(gpt, None, text)
+    ids = gpt.tokenizer.encode(text)
+    assert len(maps.src_tokens) == len(ids) > 4  # the tiny BPE splits some words
+    # a word start is shown without its space, a piece inside a word with "##"
+    assert not maps.src_tokens[0].startswith("##")
+    assert "".join(t[2:] if t.startswith("##") else " " + t for t in maps.src_tokens).strip() == text
+    assert maps.axes("encoder") == (maps.src_tokens, maps.src_tokens)
+    assert maps.kind_label("encoder") == "GPT causal self-attention"
+
+
+def test_bad_text(pair):
+    with pytest.raises(ValueError, match="text"):
+        capture_gpt(pair[1], None, "  ")
+
+
+def test_attention_command_on_a_gpt_folder(pair, tmp_path, capsys):
+    _, gpt, folder = pair
+    out = tmp_path / "gpt.html"
+    assert main(["attention", "--model", str(folder), TEXT, "--out", str(out)]) == 0
+    data = json.loads(DATA.search(out.read_text(encoding="utf-8")).group(1))
+    assert [k["id"] for k in data["kinds"]] == ["encoder"]
+    assert data["initial"]["layer"] == 1
+    assert "GPT" in out.read_text(encoding="utf-8")
+    assert "wrote" in capsys.readouterr().err
+    png = tmp_path / "gpt.png"
+    assert main(["attention", "--model", str(folder), TEXT, "--head", "mean", "--out", str(png)]) == 0
+    assert png.stat().st_size > 0
