@@ -66,8 +66,9 @@ def bench_mha(dtype: torch.dtype, *, batch: int, seq: int, reps: int) -> dict:
         qkv = F.linear(x, ours.in_proj.weight, ours.in_proj.bias)  # (B, T, 3D)
         q, k, v = qkv.view(b, t, 3, heads, d_model // heads).permute(2, 0, 3, 1, 4).unbind(0)
         out = F.scaled_dot_product_attention(q, k, v)  # (B, H, T, hd)
-        return F.linear(out.transpose(1, 2).reshape(b, t, d_model), ours.out_proj.weight,
-                        ours.out_proj.bias)
+        return F.linear(
+            out.transpose(1, 2).reshape(b, t, d_model), ours.out_proj.weight, ours.out_proj.bias
+        )
 
     sides = {
         "attnkit": lambda: ours(x).output,
@@ -124,8 +125,15 @@ def long_context_child(side: str, seq: int) -> None:
     out = attend(q, k, v)
     elapsed = time.perf_counter() - t
     peak = _vm_hwm_kib()
-    print(json.dumps({"peak_growth_mib": (peak - base) / 1024, "seconds": elapsed,
-                      "out_mib": out.numel() * 4 / 2**20}))
+    print(
+        json.dumps(
+            {
+                "peak_growth_mib": (peak - base) / 1024,
+                "seconds": elapsed,
+                "out_mib": out.numel() * 4 / 2**20,
+            }
+        )
+    )
 
 
 def bench_long_context(seq: int) -> dict:
@@ -133,7 +141,9 @@ def bench_long_context(seq: int) -> dict:
     for side in ("attnkit", "torch fused"):
         proc = subprocess.run(
             [sys.executable, __file__, "--child", side, "--seq", str(seq)],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         results[side] = json.loads(proc.stdout.strip().splitlines()[-1])
     return results
@@ -155,8 +165,9 @@ def bench_gflops(seq: int, reps: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, smaller bf16")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--seq", type=int, default=16384, help=argparse.SUPPRESS)
@@ -174,25 +185,34 @@ def main() -> None:
         ours = r["attnkit"]
         print(f"\n[1] MultiHeadAttention fwd+bwd B=8 T=512 d_model=512 heads=8 {dtype}")
         for name, secs in r.items():
-            print(f"    {name:30s} {secs * 1e3:9.1f} ms   attnkit speed / this = "
-                  f"{secs / ours:5.3f}x")
+            print(
+                f"    {name:30s} {secs * 1e3:9.1f} ms   attnkit speed / this = {secs / ours:5.3f}x"
+            )
 
     r = bench_long_context(args.seq)
-    print(f"\n[2] causal attention, T={args.seq}, 1 sequence, 8 heads x 64, no weights, "
-          "fresh process each")
+    print(
+        f"\n[2] causal attention, T={args.seq}, 1 sequence, 8 heads x 64, no weights, "
+        "fresh process each"
+    )
     for name, d in r.items():
-        print(f"    {name:12s} peak RSS growth {d['peak_growth_mib']:8.1f} MiB "
-              f"(output alone {d['out_mib']:.0f} MiB)  {d['seconds']:.1f} s")
+        print(
+            f"    {name:12s} peak RSS growth {d['peak_growth_mib']:8.1f} MiB "
+            f"(output alone {d['out_mib']:.0f} MiB)  {d['seconds']:.1f} s"
+        )
     ratio = r["attnkit"]["peak_growth_mib"] / max(r["torch fused"]["peak_growth_mib"], 1e-9)
     tt = 8 * args.seq * args.seq * 4 / 2**30
-    print(f"    attnkit / torch peak = {ratio:.3f}x; the seed formula's T x T weights alone "
-          f"would need {tt:.1f} GiB")
+    print(
+        f"    attnkit / torch peak = {ratio:.3f}x; the seed formula's T x T weights alone "
+        f"would need {tt:.1f} GiB"
+    )
 
     g = bench_gflops(2048, reps)
-    print("\n[3] core attention T=2048, 8 heads x 64, float32: "
-          f"{g['attention_gflops']:.1f} GFLOP/s ({g['attention_seconds'] * 1e3:.1f} ms); "
-          f"4096^2 matmul: {g['matmul_gflops']:.1f} GFLOP/s; ratio "
-          f"{g['attention_gflops'] / g['matmul_gflops']:.2f}")
+    print(
+        "\n[3] core attention T=2048, 8 heads x 64, float32: "
+        f"{g['attention_gflops']:.1f} GFLOP/s ({g['attention_seconds'] * 1e3:.1f} ms); "
+        f"4096^2 matmul: {g['matmul_gflops']:.1f} GFLOP/s; ratio "
+        f"{g['attention_gflops'] / g['matmul_gflops']:.2f}"
+    )
 
 
 if __name__ == "__main__":

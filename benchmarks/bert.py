@@ -33,8 +33,12 @@ from machine import cpu_name  # noqa: E402  (benchmarks/machine.py)
 from attnkit.models.bert import BertModel  # noqa: E402
 
 SIZES = {  # Hugging Face BertConfig arguments
-    "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
-    "minilm": dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536),
+    "base": dict(
+        hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072
+    ),
+    "minilm": dict(
+        hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536
+    ),
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 

@@ -108,8 +108,10 @@ def main() -> int:
     hyps, refs = corpus(args.lines)
     n_tokens = sum(len(h.split()) for h in hyps)
     print(f"machine: {info}")
-    print(f"input: {len(hyps)} hypothesis lines ({len(set(hyps))} distinct, {n_tokens} words), "
-          f"{len(refs)} reference lines ({len(set(refs))} distinct), 1 reference per line")
+    print(
+        f"input: {len(hyps)} hypothesis lines ({len(set(hyps))} distinct, {n_tokens} words), "
+        f"{len(refs)} reference lines ({len(set(refs))} distinct), 1 reference per line"
+    )
 
     wall, cpu, scores, identical = compare(hyps, refs, args.repeats)
     ours, theirs = scores["attnkit"], scores["sacrebleu"]
@@ -134,12 +136,16 @@ def main() -> int:
         "machine": info,
     }
     print(f"BLEU attnkit {ours.score!r}  sacreBLEU {theirs.score!r}  identical: {identical}")
-    print(f"best of {args.repeats}: sacreBLEU {min(wall['sacrebleu']):.2f} s, attnkit "
-          f"{min(wall['attnkit']):.2f} s wall -> attnkit {result['speedup_wall']}x as fast "
-          f"(CPU: {min(cpu['sacrebleu']):.2f} s vs {min(cpu['attnkit']):.2f} s, {result['speedup_cpu']}x)")
-    print(f"long line ({args.long_words} words), best of {args.repeats}: sacreBLEU "
-          f"{min(long_wall['sacrebleu']):.3f} s, attnkit {min(long_wall['attnkit']):.3f} s, "
-          f"identical: {long_identical}")
+    print(
+        f"best of {args.repeats}: sacreBLEU {min(wall['sacrebleu']):.2f} s, attnkit "
+        f"{min(wall['attnkit']):.2f} s wall -> attnkit {result['speedup_wall']}x as fast "
+        f"(CPU: {min(cpu['sacrebleu']):.2f} s vs {min(cpu['attnkit']):.2f} s, {result['speedup_cpu']}x)"
+    )
+    print(
+        f"long line ({args.long_words} words), best of {args.repeats}: sacreBLEU "
+        f"{min(long_wall['sacrebleu']):.3f} s, attnkit {min(long_wall['attnkit']):.3f} s, "
+        f"identical: {long_identical}"
+    )
     print(json.dumps(result))
     return 0 if identical and long_identical else 1
 
@@ -156,11 +162,19 @@ def compare(hyps: list[str], refs: list[str], repeats: int):
             scores[name] = fn(hyps, refs)
             wall[name].append(time.perf_counter() - t_wall)
             cpu[name].append(time.process_time() - t_cpu)
-            print(f"  run {rep + 1}: {name:9s} wall {wall[name][-1]:7.2f} s  cpu {cpu[name][-1]:7.2f} s",
-                  flush=True)
+            print(
+                f"  run {rep + 1}: {name:9s} wall {wall[name][-1]:7.2f} s  cpu {cpu[name][-1]:7.2f} s",
+                flush=True,
+            )
     ours, theirs = scores["attnkit"], scores["sacrebleu"]
     identical = (ours.score, ours.counts, ours.totals, ours.sys_len, ours.ref_len, ours.bp) == (
-        theirs.score, theirs.counts, theirs.totals, theirs.sys_len, theirs.ref_len, theirs.bp)
+        theirs.score,
+        theirs.counts,
+        theirs.totals,
+        theirs.sys_len,
+        theirs.ref_len,
+        theirs.bp,
+    )
     return wall, cpu, scores, identical
 
 

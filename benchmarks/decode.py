@@ -180,9 +180,7 @@ def main() -> None:
     cached = results.get("attnkit, KV cache")
     for name, (wall, cpu, tokens) in results.items():
         ratio = f"{wall / cached[0]:.2f}x faster" if cached else "-"
-        print(
-            f"| {name} | {n / wall:.2f} | {wall:.1f} | {cpu:.1f} | {tokens / n:.2f} | {ratio} |"
-        )
+        print(f"| {name} | {n / wall:.2f} | {wall:.1f} | {cpu:.1f} | {tokens / n:.2f} | {ratio} |")
 
 
 if __name__ == "__main__":

@@ -153,7 +153,9 @@ def compare_hf(args, folder: str) -> None:
                     time_sides(warm, 1)
                     res = time_sides(sides, args.rounds)
                     ours, theirs = (res[k][2] / res[k][0] for k in ("attnkit", "hf"))
-                    cpu_ratio = (res["hf"][1] / res["hf"][2]) / (res["attnkit"][1] / res["attnkit"][2])
+                    cpu_ratio = (res["hf"][1] / res["hf"][2]) / (
+                        res["attnkit"][1] / res["attnkit"][2]
+                    )
                     print(
                         f"| {shape} | {dtype_name} | {batch} | {mode} | {ours:.1f} | "
                         f"{theirs:.1f} | {ours / theirs:.2f}x | {cpu_ratio:.2f}x |",

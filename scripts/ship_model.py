@@ -42,8 +42,9 @@ def ship(run: Path, out: Path, checkpoint: str = "best") -> Path:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("run", type=Path, help="a run folder written by `attnkit train`")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="destination folder")
     parser.add_argument(

@@ -116,7 +116,9 @@ def test_folder_kind(config, kind):
 def test_a_folder_of_another_kind_says_what_it_is_and_what_reads_it(tmp_path):
     with pytest.raises(ValueError, match=r"this is a Hugging Face BERT folder; use `attnkit embed"):
         mf.expect_kind(tmp_path, {"model_type": "bert"}, "translation")
-    with pytest.raises(ValueError, match=r"this is an attnkit translation model folder; use `attnkit translate"):
+    with pytest.raises(
+        ValueError, match=r"this is an attnkit translation model folder; use `attnkit translate"
+    ):
         mf.expect_kind(tmp_path, {"model": {}}, "bert")
     with pytest.raises(ValueError, match=r"GPT-2 folder"):
         mf.expect_kind(tmp_path, {"model_type": "gpt2"}, "bert", allow_unknown=True)
@@ -164,7 +166,10 @@ def test_a_pickle_posing_as_safetensors_is_refused_without_unpickling(tmp_path, 
     sentinel = tmp_path / "unpickled"
     path = tmp_path / "model.safetensors"
     torch.save({"w": _Touch(sentinel)}, path, _use_new_zipfile_serialization=not legacy)
-    with pytest.raises(ValueError, match=r"a PyTorch pickle \(torch.save\) file, not safetensors; .*arbitrary code.*convert"):
+    with pytest.raises(
+        ValueError,
+        match=r"a PyTorch pickle \(torch.save\) file, not safetensors; .*arbitrary code.*convert",
+    ):
         mf.read_weights(tmp_path)
     assert not sentinel.exists()
     shutil.copyfile(path, tmp_path / "payload.pt")  # torch.load reads *.safetensors as such
@@ -235,8 +240,11 @@ def test_tied_weights_load_from_either_name_and_stay_tied(tmp_path, stored_name)
 def test_bfloat16_weights_are_cast_to_the_model_and_dtype_casts_after(tmp_path):
     source = Tied()
     save_file(
-        {k: v.to(torch.bfloat16) if v.is_floating_point() else v
-         for k, v in source.state_dict().items() if k != "output.weight"},
+        {
+            k: v.to(torch.bfloat16) if v.is_floating_point() else v
+            for k, v in source.state_dict().items()
+            if k != "output.weight"
+        },
         str(tmp_path / "model.safetensors"),
     )
     target = mf.load_weights(Tied(), tmp_path)
@@ -262,8 +270,14 @@ def _state(**changes):
     [
         (_state(norm__bias=None), r"weights do not match the model: missing keys \['norm.bias'\]"),
         (_state(extra=torch.zeros(1)), r"unexpected keys \['extra'\]"),
-        (_state(norm__weight=torch.ones(5)), r"shapes differ: \['norm.weight: file \(5,\), model \(4,\)'\]"),
-        (_state(embed__weight=torch.ones(7, 4, dtype=torch.int32)), r"expected floating-point tensors, got \['embed.weight: torch.int32'"),
+        (
+            _state(norm__weight=torch.ones(5)),
+            r"shapes differ: \['norm.weight: file \(5,\), model \(4,\)'\]",
+        ),
+        (
+            _state(embed__weight=torch.ones(7, 4, dtype=torch.int32)),
+            r"expected floating-point tensors, got \['embed.weight: torch.int32'",
+        ),
         (_state(norm__weight=torch.ones(4, dtype=torch.bool)), r"norm.weight: torch.bool"),
         (
             {**_state(), "output.weight": torch.zeros(7, 4)},
@@ -380,7 +394,9 @@ def test_what_attnkit_did_not_write_is_refused_and_left_alone(tmp_path, make, re
     target = tmp_path / "out"
     make(target)
     snapshot = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    with pytest.raises(ValueError, match=rf"output folder '.*out': refusing to replace it: {reason}"):
+    with pytest.raises(
+        ValueError, match=rf"output folder '.*out': refusing to replace it: {reason}"
+    ):
         with mf.atomic_folder(target) as tmp:
             mf.write_weights(tmp / mf.WEIGHTS_FILE, Tied())
     after = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
@@ -424,7 +440,10 @@ def test_stale_temporaries_are_removed_but_look_alikes_are_kept(tmp_path):
     good_folder(tmp_path / "out.v2.tmp-5")  # another folder's temporary, not out's
     good_folder(tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "out", "out.old-2019", "out.older", "out.v2.tmp-5"
+        "out",
+        "out.old-2019",
+        "out.older",
+        "out.v2.tmp-5",
     ]
     assert (user / "thesis.tex").is_file()
 
@@ -465,7 +484,9 @@ def test_load_pretrained_dispatches_on_the_config(tmp_path):
     assert bert.model_type == "bert" and isinstance(bert.model, BertModel)
     assert bert.tokenizer is bert.model.tokenizer
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
-    with pytest.raises(ValueError, match=r"this is a Hugging Face GPT-2 folder; .*expected a translation or bert"):
+    with pytest.raises(
+        ValueError, match=r"this is a Hugging Face GPT-2 folder; .*expected a translation or bert"
+    ):
         mf.load_pretrained(tmp_path)
     (tmp_path / "config.json").write_text("[]")
     with pytest.raises(ValueError, match=r"config.json: expected a JSON object"):
@@ -499,5 +520,7 @@ def test_unreadable_files_are_a_clear_error(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"out/config.json: cannot read it \(Permission denied\)"):
         mf.read_config(tmp_path / "out")
     monkeypatch.setattr("builtins.open", denied)
-    with pytest.raises(ValueError, match=r"model.safetensors: cannot read it \(Permission denied\)"):
+    with pytest.raises(
+        ValueError, match=r"model.safetensors: cannot read it \(Permission denied\)"
+    ):
         mf.read_weights(tmp_path / "out")

@@ -33,28 +33,49 @@ def ship_model():
 def run(tmp_path):
     tokenizer = SubwordTokenizer.train(["ab ab ba", "ba ab"] * 10, vocab_size=270)
     model_cfg = TransformerConfig(
-        src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
-        d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1, num_decoder_layers=1,
+        src_vocab_size=tokenizer.vocab_size,
+        tgt_vocab_size=tokenizer.vocab_size,
+        d_model=16,
+        num_heads=2,
+        d_ff=32,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
     )
     config = TrainConfig(model=model_cfg)
     run = tmp_path / "run"
     run.mkdir()
-    save_checkpoint(run / "best", model=Transformer(model_cfg), config=config,
-                    tokenizer=tokenizer, state={"step": 7, "val_loss": 1.5})
-    for name, text in (("config.toml", "[model]\n"), ("metrics.jsonl", "{}\n"), ("train.log", "ok\n")):
+    save_checkpoint(
+        run / "best",
+        model=Transformer(model_cfg),
+        config=config,
+        tokenizer=tokenizer,
+        state={"step": 7, "val_loss": 1.5},
+    )
+    for name, text in (
+        ("config.toml", "[model]\n"),
+        ("metrics.jsonl", "{}\n"),
+        ("train.log", "ok\n"),
+    ):
         (run / name).write_text(text)
     return run
 
 
 def _snapshot(folder: Path) -> dict:
-    return {p.relative_to(folder): p.read_bytes() if p.is_file() else None for p in folder.rglob("*")}
+    return {
+        p.relative_to(folder): p.read_bytes() if p.is_file() else None for p in folder.rglob("*")
+    }
 
 
 def test_ships_bf16_with_the_run_record_and_replaces_its_own_output(ship_model, run, tmp_path):
     out = ship_model.ship(run, tmp_path / "shipped")
     assert sorted(p.name for p in out.iterdir()) == [
-        "checkpoint_state.json", "config.json", "config.toml", "metrics.jsonl",
-        "model.safetensors", "tokenizer.json", "train.log",
+        "checkpoint_state.json",
+        "config.json",
+        "config.toml",
+        "metrics.jsonl",
+        "model.safetensors",
+        "tokenizer.json",
+        "train.log",
     ]
     assert {t.dtype for t in load_file(out / "model.safetensors").values()} == {torch.bfloat16}
     assert json.loads((out / "checkpoint_state.json").read_text()) == {"step": 7, "val_loss": 1.5}

@@ -314,9 +314,7 @@ def test_seed002_per_head_form_equals_library_multi_head():
     with torch.no_grad():
         heads = per_head.heads
         lib.in_proj.weight.copy_(
-            torch.cat(
-                [torch.cat([getattr(h, n).weight for h in heads]) for n in ("q", "k", "v")]
-            )
+            torch.cat([torch.cat([getattr(h, n).weight for h in heads]) for n in ("q", "k", "v")])
         )
         lib.in_proj.bias.copy_(
             torch.cat([torch.cat([getattr(h, n).bias for h in heads]) for n in ("q", "k", "v")])

@@ -48,7 +48,13 @@ TOKENIZER_FILE = "tokenizer.json"
 STATE_FILE = "state.json"  # training checkpoints: step, data position, metrics
 RESUME_FILE = "resume.pt"  # training checkpoints: optimizer, scheduler and RNG states
 # Names under which frameworks store pickled weights; attnkit refuses to unpickle them.
-PICKLE_WEIGHTS_FILES = ("pytorch_model.bin", "model.bin", "model.pt", "model.pth", "pytorch_model.pt")
+PICKLE_WEIGHTS_FILES = (
+    "pytorch_model.bin",
+    "model.bin",
+    "model.pt",
+    "model.pth",
+    "pytorch_model.pt",
+)
 # Every file attnkit writes into a model folder. A folder holding anything else is not attnkit's
 # to replace (see check_replaceable).
 FOLDER_FILES = frozenset(
@@ -71,7 +77,7 @@ WRITER_KEY, WRITER = "writer", "attnkit"
 _STALE = re.compile(r"\.(tmp|old)-\d+")  # the suffix of a writer's temporary folder
 _CONVERT = (
     "attnkit reads only safetensors weights, because unpickling a file can run arbitrary code; "
-    "if you trust the file, convert it once with: python -c \"import torch; "
+    'if you trust the file, convert it once with: python -c "import torch; '
     "from safetensors.torch import save_file; "
     "save_file(torch.load('{name}', weights_only=True), 'model.safetensors')\""
 )
@@ -184,7 +190,7 @@ def expect_kind(
     if kind in KIND_USES:
         raise ValueError(f"{path}: this is {KIND_USES[kind]}; expected a {wanted} model folder")
     raise ValueError(
-        f"{path}: not a {wanted} model config (no \"model\" section and no model_type; "
+        f'{path}: not a {wanted} model config (no "model" section and no model_type; '
         f"top-level keys {sorted(config)[:12]})"
     )
 
@@ -197,8 +203,10 @@ def weights_path(folder: str | os.PathLike[str]) -> Path:
         return path
     for name in PICKLE_WEIGHTS_FILES:
         if (folder / name).is_file():
-            raise ValueError(f"{folder / name}: pickled weights, not {WEIGHTS_FILE}; "
-                             + _CONVERT.format(name=name))
+            raise ValueError(
+                f"{folder / name}: pickled weights, not {WEIGHTS_FILE}; "
+                + _CONVERT.format(name=name)
+            )
     if path.is_dir():
         raise ValueError(f"{path}: a folder, expected the weights file")
     raise MissingFileError(
@@ -419,7 +427,9 @@ def write_weights(
         if storages.get(tensor.untyped_storage().data_ptr(), 0) > 1:
             tensor = tensor.clone()
         out[name] = tensor
-    save_file(out, os.fspath(path), metadata={"format": "pt", **(metadata or {}), WRITER_KEY: WRITER})
+    save_file(
+        out, os.fspath(path), metadata={"format": "pt", **(metadata or {}), WRITER_KEY: WRITER}
+    )
 
 
 def _fsync_file(path: Path) -> None:
@@ -467,7 +477,9 @@ def _unrecognised(folder: Path, extra: frozenset[str]) -> str | None:
     if not entries:
         return None
     allowed = FOLDER_FILES | extra
-    foreign = [p.name for p in entries if p.name not in allowed or not p.is_file() or p.is_symlink()]
+    foreign = [
+        p.name for p in entries if p.name not in allowed or not p.is_file() or p.is_symlink()
+    ]
     if foreign:
         return f"it holds {_names(foreign, 5)}, which attnkit does not write"
     weights = folder / WEIGHTS_FILE
@@ -478,7 +490,9 @@ def _unrecognised(folder: Path, extra: frozenset[str]) -> str | None:
             return None  # attnkit's translation layout, written before the writer mark
     except ValueError:
         pass
-    return f"neither attnkit's writer mark in {WEIGHTS_FILE} nor its \"model\" section in {CONFIG_FILE}"
+    return (
+        f'neither attnkit\'s writer mark in {WEIGHTS_FILE} nor its "model" section in {CONFIG_FILE}'
+    )
 
 
 def check_replaceable(
@@ -557,7 +571,7 @@ def _remove_stale(folder: Path, extra: frozenset[str]) -> None:
     is in place; only folders holding nothing but model-folder files."""
     allowed = FOLDER_FILES | extra
     for stale in folder.parent.glob(f"{glob_escape(folder.name)}.*-*"):
-        if not (stale.is_dir() and _STALE.fullmatch(stale.name[len(folder.name):])):
+        if not (stale.is_dir() and _STALE.fullmatch(stale.name[len(folder.name) :])):
             continue
         if all(p.name in allowed and p.is_file() for p in stale.iterdir()):
             shutil.rmtree(stale, ignore_errors=True)
@@ -574,7 +588,7 @@ def old_versions(folder: str | os.PathLike[str]) -> list[Path]:
     return sorted(
         p
         for p in folder.parent.glob(f"{glob_escape(folder.name)}.old-*")
-        if p.is_dir() and _STALE.fullmatch(p.name[len(folder.name):])
+        if p.is_dir() and _STALE.fullmatch(p.name[len(folder.name) :])
     )
 
 

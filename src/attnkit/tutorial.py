@@ -102,9 +102,7 @@ class CausalAttention(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """x (B, T, d_in) -> (B, T, d_out)."""
         if x.shape[-2] > self.context_len:
-            raise ValueError(
-                f"x: {x.shape[-2]} tokens exceed context_len={self.context_len}"
-            )
+            raise ValueError(f"x: {x.shape[-2]} tokens exceed context_len={self.context_len}")
         return scaled_dot_product_attention(
             self.Q_weights(x),
             self.K_weights(x),

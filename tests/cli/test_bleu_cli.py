@@ -54,9 +54,15 @@ def run(capsys, *argv):
     [
         ([], {}),
         (["--tokenize", "intl", "--lowercase"], {"tokenize": "intl", "lowercase": True}),
-        (["-tok", "char", "-s", "floor", "-sv", "0.3"], {"tokenize": "char", "smooth_method": "floor", "smooth_value": 0.3}),
+        (
+            ["-tok", "char", "-s", "floor", "-sv", "0.3"],
+            {"tokenize": "char", "smooth_method": "floor", "smooth_value": 0.3},
+        ),
         (["--smooth-method", "add-k"], {"smooth_method": "add-k"}),
-        (["--tokenize", "none", "--smooth-method", "none"], {"tokenize": "none", "smooth_method": "none"}),
+        (
+            ["--tokenize", "none", "--smooth-method", "none"],
+            {"tokenize": "none", "smooth_method": "none"},
+        ),
     ],
 )
 @pytest.mark.parametrize("width", [1, 2])
@@ -80,7 +86,9 @@ def test_multiple_references_and_stdin(capsys, files, monkeypatch):
     code, out, _ = run(capsys, "-", "-r", files["ref"], "-r", files["ref2"])
     assert code == 0
     metric = BLEU()
-    theirs = metric.corpus_score(files["lines"]["hyp"], [files["lines"]["ref"], files["lines"]["ref2"]])
+    theirs = metric.corpus_score(
+        files["lines"]["hyp"], [files["lines"]["ref"], files["lines"]["ref2"]]
+    )
     assert _without_version(out.strip()) == _without_version(
         theirs.format(2, signature=metric.get_signature().format())
     )
@@ -91,14 +99,28 @@ def test_json(capsys, files):
     assert code == 0
     d = json.loads(out)
     theirs = BLEU().corpus_score(files["lines"]["hyp"], [files["lines"]["ref"]])
-    for key in ("name", "score", "signature", "verbose_score", "counts", "totals", "precisions",
-                "bp", "sys_len", "ref_len"):
+    for key in (
+        "name",
+        "score",
+        "signature",
+        "verbose_score",
+        "counts",
+        "totals",
+        "precisions",
+        "bp",
+        "sys_len",
+        "ref_len",
+    ):
         assert key in d
     assert d["name"] == "BLEU" and d["verbose_score"] == theirs._verbose
     assert d["score"] == pytest.approx(theirs.score, abs=1e-9, rel=0)
     assert d["precisions"] == pytest.approx(theirs.precisions, abs=1e-9, rel=0)
     assert (d["counts"], d["totals"], d["sys_len"], d["ref_len"]) == (
-        theirs.counts, theirs.totals, theirs.sys_len, theirs.ref_len)
+        theirs.counts,
+        theirs.totals,
+        theirs.sys_len,
+        theirs.ref_len,
+    )
     assert d["bp"] == pytest.approx(theirs.bp, abs=1e-9, rel=0)
     assert (d["nrefs"], d["tok"], d["case"]) == ("1", "13a", "mixed")
 

@@ -28,19 +28,43 @@ def _stdin(monkeypatch, data: bytes) -> None:
 @pytest.mark.parametrize(
     "error, message, status",
     [
-        (RuntimeError("CUDA error: device-side assert\nmore lines"),
-         "CUDA error: device-side assert (run with -v for the traceback)", 2),
-        (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 24 GB"),
-         "DefaultCPUAllocator: can't allocate memory: you tried to allocate 24 GB (run with -v", 2),
+        (
+            RuntimeError("CUDA error: device-side assert\nmore lines"),
+            "CUDA error: device-side assert (run with -v for the traceback)",
+            2,
+        ),
+        (
+            RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 24 GB"),
+            "DefaultCPUAllocator: can't allocate memory: you tried to allocate 24 GB (run with -v",
+            2,
+        ),
         (MemoryError(), "out of memory (run with -v for the traceback)", 2),
-        (OSError(errno.ENOSPC, "No space left on device", "out.png"),
-         "no space left on the device while writing 'out.png'", 2),
+        (
+            OSError(errno.ENOSPC, "No space left on device", "out.png"),
+            "no space left on the device while writing 'out.png'",
+            2,
+        ),
         (OSError(errno.EIO, "Input/output error", "x.png"), "'x.png': Input/output error", 2),
-        (PermissionError(errno.EACCES, "Permission denied", "/etc/x"),
-         "permission denied: '/etc/x' cannot be opened", 2),
-        (IsADirectoryError(errno.EISDIR, "Is a directory", "d"), "'d' is a directory, expected a file", 2),
-        (NotADirectoryError(errno.ENOTDIR, "Not a directory", "f/x"), "a part of 'f/x' is a file", 2),
-        (FileNotFoundError(errno.ENOENT, "No such file", "gone"), "'gone': no such file or directory", 2),
+        (
+            PermissionError(errno.EACCES, "Permission denied", "/etc/x"),
+            "permission denied: '/etc/x' cannot be opened",
+            2,
+        ),
+        (
+            IsADirectoryError(errno.EISDIR, "Is a directory", "d"),
+            "'d' is a directory, expected a file",
+            2,
+        ),
+        (
+            NotADirectoryError(errno.ENOTDIR, "Not a directory", "f/x"),
+            "a part of 'f/x' is a file",
+            2,
+        ),
+        (
+            FileNotFoundError(errno.ENOENT, "No such file", "gone"),
+            "'gone': no such file or directory",
+            2,
+        ),
         (OSError("no errno at all"), "no errno at all", 2),
         (ValueError("first line\nsecond line"), "first line", 2),
         (KeyboardInterrupt(), "interrupted", 130),
@@ -99,13 +123,17 @@ def test_full_disk_at_the_final_flush(monkeypatch, capsys):
 
 @pytest.mark.parametrize("text", ["0", "-1", "x", "1.5", "nan", "inf", "", "1e3", "11"])
 def test_integer_refuses(text):
-    with pytest.raises(argparse.ArgumentTypeError, match=rf"expected an integer from 1 to 10, got {text!r}"):
+    with pytest.raises(
+        argparse.ArgumentTypeError, match=rf"expected an integer from 1 to 10, got {text!r}"
+    ):
         integer(1, 10)(text)
 
 
 @pytest.mark.parametrize("text", ["nan", "inf", "-inf", "-0.1", "x", "", "1e400"])
 def test_real_refuses(text):
-    with pytest.raises(argparse.ArgumentTypeError, match=rf"expected a finite number >= 0, got {text!r}"):
+    with pytest.raises(
+        argparse.ArgumentTypeError, match=rf"expected a finite number >= 0, got {text!r}"
+    ):
         real(0)(text)
 
 
@@ -139,8 +167,17 @@ def test_translate_help_tells_the_rules(capsys):
     with pytest.raises(SystemExit):
         main(["translate", "--help"])
     out = capsys.readouterr().out
-    for words in ("byte-order mark", "control characters", "runs of white space", "stripped",
-                  "empty line", "N lines in, N lines out", "1024", "memory", "- for standard input"):
+    for words in (
+        "byte-order mark",
+        "control characters",
+        "runs of white space",
+        "stripped",
+        "empty line",
+        "N lines in, N lines out",
+        "1024",
+        "memory",
+        "- for standard input",
+    ):
         assert words in out, words
 
 
@@ -161,8 +198,10 @@ def texts(tmp_path):
         (["{d}", "-r", "{ref}"], "HYP: '{d}' is a directory, expected a text file"),
         (["{hyp}", "-r", "{d}/nope.txt"], "-r: '{d}/nope.txt' does not exist"),
         (["-", "-r", "-"], "HYP, -r: only one of the files can be - (standard input)"),
-        (["{hyp}", "-r", "{ref}", "--ci", "--ci-samples", "100000000"],
-         "n_samples: 100000000 resamples of 2 lines draw 200,000,000 indices"),
+        (
+            ["{hyp}", "-r", "{ref}", "--ci", "--ci-samples", "100000000"],
+            "n_samples: 100000000 resamples of 2 lines draw 200,000,000 indices",
+        ),
     ],
 )
 def test_bleu_file_errors(capsys, tmp_path, texts, argv, message):

@@ -67,8 +67,21 @@ def test_stream_writes_the_same_text(model_dir, gpt, capsys):
 
 def test_stop_string(model_dir, gpt, capsys):
     (free,) = _expected(gpt, PROMPTS[2:], max_new_tokens=30)
-    stop = next(free.text[i : i + 2] for i in range(5, len(free.text)) if "\ufffd" not in free.text[i : i + 2])
-    argv = ["generate", "--model", str(model_dir), PROMPTS[2], "--max-new-tokens", "30", "--stop", stop]
+    stop = next(
+        free.text[i : i + 2]
+        for i in range(5, len(free.text))
+        if "\ufffd" not in free.text[i : i + 2]
+    )
+    argv = [
+        "generate",
+        "--model",
+        str(model_dir),
+        PROMPTS[2],
+        "--max-new-tokens",
+        "30",
+        "--stop",
+        stop,
+    ]
     assert main(argv) == 0
     assert capsys.readouterr().out == PROMPTS[2] + free.text[: free.text.index(stop)] + "\n"
 

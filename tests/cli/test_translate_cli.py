@@ -212,11 +212,19 @@ def test_output_file(model_dir, expected, monkeypatch, tmp_path, capsys):
     "name, message",
     [
         ("dir", "--output: '{p}/dir' is a directory, expected a file name"),
-        ("missing/out.en", "--output: the folder '{p}/missing' of '{p}/missing/out.en' does not exist"),
-        ("file/out.en", "--output: '{p}/file' is not a folder, so '{p}/file/out.en' cannot be made"),
+        (
+            "missing/out.en",
+            "--output: the folder '{p}/missing' of '{p}/missing/out.en' does not exist",
+        ),
+        (
+            "file/out.en",
+            "--output: '{p}/file' is not a folder, so '{p}/file/out.en' cannot be made",
+        ),
     ],
 )
-def test_bad_output_paths_fail_before_loading(model_dir, monkeypatch, tmp_path, capsys, name, message):
+def test_bad_output_paths_fail_before_loading(
+    model_dir, monkeypatch, tmp_path, capsys, name, message
+):
     (tmp_path / "dir").mkdir()
     (tmp_path / "file").write_text("")
     monkeypatch.setattr(loading, "load_translation_model", lambda *a, **k: pytest.fail("loaded"))
@@ -234,7 +242,9 @@ def test_read_only_output(model_dir, monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(os, "access", lambda path, mode: False)
     _stdin(monkeypatch, b"Ein Hund.\n")
     assert main(["translate", "--model", str(model_dir), "-o", str(ro), *FAST]) == 2
-    assert capsys.readouterr().err == f"attnkit translate: error: --output: {str(ro)!r} is read-only\n"
+    assert (
+        capsys.readouterr().err == f"attnkit translate: error: --output: {str(ro)!r} is read-only\n"
+    )
     assert ro.read_text() == "old"
 
 
@@ -254,6 +264,7 @@ def test_write_errors_on_the_output_file(model_dir, monkeypatch, tmp_path, capsy
         (errno.EROFS, "is on a read-only file system"),
         (errno.EDQUOT, "disk quota exceeded while writing"),
     ]:
+
         class Full(io.StringIO):
             def write(self, text, code=code):
                 raise OSError(code, os.strerror(code), self.name)
@@ -293,9 +304,7 @@ def test_full_disk_on_standard_output(model_dir, monkeypatch, capsys):
 # --------------------------------------------------------------------------- options
 
 
-@pytest.mark.parametrize(
-    "device", ["tpu", "cuda:7", "cuda", "meta", "cpu:3", "", "gpu0", "mps"]
-)
+@pytest.mark.parametrize("device", ["tpu", "cuda:7", "cuda", "meta", "cpu:3", "", "gpu0", "mps"])
 def test_unknown_device(model_dir, monkeypatch, capsys, device):
     import torch
 
@@ -375,7 +384,9 @@ def test_evaluate_reads_the_source_from_stdin(model_dir, expected, monkeypatch, 
     from attnkit.metrics import corpus_bleu
 
     report = json.loads(capsys.readouterr().out)
-    assert report["bleu"] == corpus_bleu(expected, [["A dog runs.", "", "Two men.", "A woman."]]).score
+    assert (
+        report["bleu"] == corpus_bleu(expected, [["A dog runs.", "", "Two men.", "A woman."]]).score
+    )
 
 
 @pytest.mark.parametrize(

@@ -31,12 +31,18 @@ translate_module = importlib.import_module("attnkit.decoding.translate")
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(beam_size=MAX_BEAM_SIZE + 1), r"beam_size: expected at most MAX_BEAM_SIZE=1024, got 1025"),
+        (
+            dict(beam_size=MAX_BEAM_SIZE + 1),
+            r"beam_size: expected at most MAX_BEAM_SIZE=1024, got 1025",
+        ),
         (dict(beam_size=100_000), r"beam_size: expected at most MAX_BEAM_SIZE=1024"),
         (dict(beam_size=2.0), r"beam_size: expected an integer >= 1, got 2.0"),
         (dict(beam_size=True), r"beam_size: expected an integer >= 1, got True"),
         (dict(beam_size=-3), r"beam_size: expected an integer >= 1, got -3"),
-        (dict(max_len_a=math.inf), r"max_len_a, max_len_b: expected >= 0 and finite, got max_len_a=inf"),
+        (
+            dict(max_len_a=math.inf),
+            r"max_len_a, max_len_b: expected >= 0 and finite, got max_len_a=inf",
+        ),
         (dict(max_len_a=math.nan), r"got max_len_a=nan"),
         (dict(max_len_a=-math.inf), r"got max_len_a=-inf"),
         (dict(max_len_a="1.2"), r"got max_len_a='1.2'"),
@@ -59,7 +65,9 @@ def test_config_refuses_values_outside_bounds(kwargs, message):
 
 def test_config_accepts_the_bounds():
     assert DecodingConfig(beam_size=MAX_BEAM_SIZE).beam_size == 1024
-    assert DecodingConfig(max_len_a=1e30, max_len_b=10**12, min_len=0, lenpen=-0.5).max_len_a == 1e30
+    assert (
+        DecodingConfig(max_len_a=1e30, max_len_b=10**12, min_len=0, lenpen=-0.5).max_len_a == 1e30
+    )
 
 
 @pytest.mark.parametrize("a, b", [(1e30, 10), (1e300, 0), (0.0, 10**15), (1.7e308, 10**18)])
@@ -78,7 +86,9 @@ def test_huge_length_limits_decode_to_the_model_limit(random_model):
 
 
 def test_ids_outside_the_vocabulary_are_refused(random_model):
-    with pytest.raises(ValueError, match=r"eos_id: 24 is not in the model's target vocabulary of 24 ids"):
+    with pytest.raises(
+        ValueError, match=r"eos_id: 24 is not in the model's target vocabulary of 24 ids"
+    ):
         generate(random_model, pad_batch([[5]]), DecodingConfig(beam_size=1, eos_id=24))
     with pytest.raises(ValueError, match=r"bos_id: 99 is not in the model's target vocabulary"):
         generate(random_model, pad_batch([[5]]), DecodingConfig(beam_size=2, bos_id=99))
@@ -119,7 +129,11 @@ def test_search_that_cannot_fit_is_refused_before_allocating(random_model, monke
     # The beam the message proposes fits.
     fits = int(message.split("use a beam of at most ")[1].split()[0])
     assert 1 <= fits < 1000
-    generate(random_model, pad_batch([[5, 6, 7]] * 8), DecodingConfig(beam_size=fits, use_cache=use_cache))
+    generate(
+        random_model,
+        pad_batch([[5, 6, 7]] * 8),
+        DecodingConfig(beam_size=fits, use_cache=use_cache),
+    )
 
 
 def test_nothing_fits(random_model, monkeypatch):

@@ -182,21 +182,29 @@ def test_weights_of_the_wrong_dtype_or_a_missing_tensor(tmp_path, model, tokeniz
     name = "encoder.layers.0.ffn.linear1.weight"
     assert name in stored
     save_file({**stored, name: stored[name].to(torch.int64)}, tmp_path / "model.safetensors")
-    with pytest.raises(ValueError, match=rf"expected floating-point tensors, got \['{name}: torch.int64'\]"):
+    with pytest.raises(
+        ValueError, match=rf"expected floating-point tensors, got \['{name}: torch.int64'\]"
+    ):
         load_translation_model(tmp_path)
     del stored[name]
     save_file(stored, tmp_path / "model.safetensors")
-    with pytest.raises(ValueError, match=rf"does not match .*config.json.*missing keys \['{name}'\]"):
+    with pytest.raises(
+        ValueError, match=rf"does not match .*config.json.*missing keys \['{name}'\]"
+    ):
         load_translation_model(tmp_path)
 
 
 def test_tokenizer_that_is_a_folder_or_too_large(tmp_path, model, tokenizer):
     save_translation_model(tmp_path, model, tokenizer)
-    bigger = SubwordTokenizer.train(["ab ba abc cab"] * 20 + [chr(i) * 3 for i in range(300, 700)],
-                                    vocab_size=tokenizer.vocab_size + 50)
+    bigger = SubwordTokenizer.train(
+        ["ab ba abc cab"] * 20 + [chr(i) * 3 for i in range(300, 700)],
+        vocab_size=tokenizer.vocab_size + 50,
+    )
     assert bigger.vocab_size > tokenizer.vocab_size
     bigger.save(tmp_path / "tokenizer.json")
-    with pytest.raises(ValueError, match=r"tokenizer.json: \d+ tokens, more than the model's tgt_vocab_size"):
+    with pytest.raises(
+        ValueError, match=r"tokenizer.json: \d+ tokens, more than the model's tgt_vocab_size"
+    ):
         load_translation_model(tmp_path)
     (tmp_path / "tokenizer.json").unlink()
     (tmp_path / "tokenizer.json").mkdir()

@@ -58,7 +58,12 @@ def test_step_returns_the_best_two_beam_candidates(step):
     expected = _brute_force(step, lprobs, scores, 2 * beam)
     for i in range(b):
         got = list(
-            zip(cand_scores[i].tolist(), cand_beams[i].tolist(), cand_tokens[i].tolist(), strict=True)
+            zip(
+                cand_scores[i].tolist(),
+                cand_beams[i].tolist(),
+                cand_tokens[i].tolist(),
+                strict=True,
+            )
         )
         assert [(j, t) for _, j, t in got] == [(j, t) for _, j, t in expected[i]]
         assert [s for s, _, _ in got] == pytest.approx([s for s, _, _ in expected[i]], abs=1e-12)

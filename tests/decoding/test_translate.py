@@ -41,7 +41,9 @@ def test_order_and_output_do_not_depend_on_batching(translator_parts):
     big = Translator(model, tokenizer, config, batch_tokens=10_000).translate(lines)
     assert small.translations == big.translations
     # Reference: each line alone, in order.
-    alone = [Translator(model, tokenizer, config).translate([line]).translations[0] for line in lines]
+    alone = [
+        Translator(model, tokenizer, config).translate([line]).translations[0] for line in lines
+    ]
     assert big.translations == alone
 
 
@@ -95,7 +97,9 @@ def test_normalised_lines_translate_like_clean_ones(translator_parts, monkeypatc
     import importlib
 
     model, tokenizer, lines = translator_parts
-    translator = Translator(model, tokenizer, DecodingConfig(beam_size=2, max_len_a=0.5, max_len_b=3))
+    translator = Translator(
+        model, tokenizer, DecodingConfig(beam_size=2, max_len_a=0.5, max_len_b=3)
+    )
     clean = translator.translate(lines[:4]).translations
     dirty = [
         "\ufeff" + lines[0] + "\t",

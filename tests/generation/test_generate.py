@@ -36,7 +36,9 @@ def test_greedy_equals_hugging_face(pair):
 def test_repetition_penalty_greedy_equals_hugging_face(pair):
     hf, gpt = pair
     for prompt in PROMPTS[:2]:
-        ours = generate(gpt, [prompt], GenerationConfig(max_new_tokens=20, eos_ids=(), repetition_penalty=1.5))
+        ours = generate(
+            gpt, [prompt], GenerationConfig(max_new_tokens=20, eos_ids=(), repetition_penalty=1.5)
+        )
         theirs = _hf_generate(hf, prompt, 20, do_sample=False, repetition_penalty=1.5)
         assert ours.tokens[0] == theirs[0, len(prompt) :].tolist()
 
@@ -103,7 +105,10 @@ def test_default_eos_is_the_models(pair, monkeypatch):
     monkeypatch.setattr(gpt.config, "eos_token_id", free[1][3])  # row 1 writes it at step 3
     out = generate(gpt, PROMPTS, GenerationConfig(max_new_tokens=20))
     assert out.finish_reasons[1] == "eos" and out.tokens[1] == free[1][:4]
-    assert out.tokens == generate(gpt, PROMPTS, GenerationConfig(max_new_tokens=20, eos_ids=(free[1][3],))).tokens
+    assert (
+        out.tokens
+        == generate(gpt, PROMPTS, GenerationConfig(max_new_tokens=20, eos_ids=(free[1][3],))).tokens
+    )
 
 
 def test_seed_makes_sampling_reproducible(pair):
@@ -133,7 +138,9 @@ def test_max_new_tokens_must_fit_the_context(pair):
     _, gpt = pair
     with pytest.raises(ValueError, match="max_new_tokens.*context_length=96"):
         generate(gpt, PROMPTS, GenerationConfig(max_new_tokens=90))
-    assert len(generate(gpt, [[1]], GenerationConfig(max_new_tokens=95, eos_ids=())).tokens[0]) == 95
+    assert (
+        len(generate(gpt, [[1]], GenerationConfig(max_new_tokens=95, eos_ids=())).tokens[0]) == 95
+    )
 
 
 @pytest.mark.parametrize("prompts", [[], [[]], "abc"])

@@ -35,11 +35,18 @@ def test_stop_string_cuts_the_text(gpt):
     # UTF-8, shown as U+FFFD, which makes no stop string)
     stop = next(text[i : i + 2] for i in range(8, len(text)) if "\ufffd" not in text[i : i + 2])
     cut = text.index(stop)
-    out = generate_text(gpt, None, PROMPTS, GenerationConfig(max_new_tokens=40, eos_ids=(), stop_strings=(stop, "\x00never")))
+    out = generate_text(
+        gpt,
+        None,
+        PROMPTS,
+        GenerationConfig(max_new_tokens=40, eos_ids=(), stop_strings=(stop, "\x00never")),
+    )
     assert out[0].text == text[:cut] and out[0].finish_reason == "stop"
     n = len(out[0].tokens)  # the ids up to the one that completed the stop string
     assert out[0].tokens == free[0].tokens[:n]
-    assert stop in gpt.tokenizer.decode(out[0].tokens) and stop not in gpt.tokenizer.decode(out[0].tokens[:-1])
+    assert stop in gpt.tokenizer.decode(out[0].tokens) and stop not in gpt.tokenizer.decode(
+        out[0].tokens[:-1]
+    )
     for row in range(1, len(PROMPTS)):  # the others: cut at their own first occurrence, if any
         full = free[row].text
         assert out[row].text == (full[: full.index(stop)] if stop in full else full)
@@ -55,7 +62,8 @@ def test_eos_is_not_text(gpt):
 
 
 @pytest.mark.parametrize(
-    "settings", [dict(), dict(temperature=1.0, seed=5), dict(stop_strings=("e",), temperature=1.0, seed=1)]
+    "settings",
+    [dict(), dict(temperature=1.0, seed=5), dict(stop_strings=("e",), temperature=1.0, seed=1)],
 )
 def test_stream_equals_generate_text(gpt, settings):
     config = GenerationConfig(max_new_tokens=30, eos_ids=(), **settings)

@@ -18,19 +18,114 @@ from pathlib import Path
 DATA_DIR = Path(__file__).resolve().parents[2] / "src" / "attnkit" / "data" / "multi30k"
 
 UNICODE = [
-    "café", "naïve", "Ørsted", "İstanbul", "STRASSE", "Straße", "ẞ", "ΣΊΣΥΦΟΣ", "ﬁne", "Ǆemal",
-    "Ⅻ", "①", "x²", "½", "—", "–", "“quoted”", "‘single’", "«guillemets»", "…", "€5", "£3.50",
-    "¥", "©", "™", "😀", "👍🏽", "e\u0301", "a\u00a0b", "a\u2009b", "zero\u200bwidth", "a\u3000b",
-    "tab\there", "v\x0btab", "sep\x1cfs", "nel\x85x", "ls\u2028x", "١٢٣", "٣.٥", "日本語", "한국어",
-    "カタカナ", "ｆｕｌｌ", "ＡＢＣ１２３", "𠀀", "𝔘𝔫𝔦", "\ufeffbom", "a&amp;b", "&quot;x&quot;",
-    "&lt;tag&gt;", "<skipped>", "well-\nknown", "line\nbreak", "3.14", "1,000", "2-3", "-5", "5-",
-    "U.S.A.", "e.g.,", "...", "?!", "'s", "(parens)", "[brackets]", "{braces}", "#tag", "@user",
-    "50%", "a/b", "back\\slash", "^caret", "_under_", "`tick`", "~tilde", "|pipe|", "+plus",
-    "*star*", "x=1", "1.", ".5", ",,", "..,", "9.,a", "a.,9", "1-2-3", "\r", "Ǳ", "ǅ", "ﬃ",
+    "café",
+    "naïve",
+    "Ørsted",
+    "İstanbul",
+    "STRASSE",
+    "Straße",
+    "ẞ",
+    "ΣΊΣΥΦΟΣ",
+    "ﬁne",
+    "Ǆemal",
+    "Ⅻ",
+    "①",
+    "x²",
+    "½",
+    "—",
+    "–",
+    "“quoted”",
+    "‘single’",
+    "«guillemets»",
+    "…",
+    "€5",
+    "£3.50",
+    "¥",
+    "©",
+    "™",
+    "😀",
+    "👍🏽",
+    "e\u0301",
+    "a\u00a0b",
+    "a\u2009b",
+    "zero\u200bwidth",
+    "a\u3000b",
+    "tab\there",
+    "v\x0btab",
+    "sep\x1cfs",
+    "nel\x85x",
+    "ls\u2028x",
+    "١٢٣",
+    "٣.٥",
+    "日本語",
+    "한국어",
+    "カタカナ",
+    "ｆｕｌｌ",
+    "ＡＢＣ１２３",
+    "𠀀",
+    "𝔘𝔫𝔦",
+    "\ufeffbom",
+    "a&amp;b",
+    "&quot;x&quot;",
+    "&lt;tag&gt;",
+    "<skipped>",
+    "well-\nknown",
+    "line\nbreak",
+    "3.14",
+    "1,000",
+    "2-3",
+    "-5",
+    "5-",
+    "U.S.A.",
+    "e.g.,",
+    "...",
+    "?!",
+    "'s",
+    "(parens)",
+    "[brackets]",
+    "{braces}",
+    "#tag",
+    "@user",
+    "50%",
+    "a/b",
+    "back\\slash",
+    "^caret",
+    "_under_",
+    "`tick`",
+    "~tilde",
+    "|pipe|",
+    "+plus",
+    "*star*",
+    "x=1",
+    "1.",
+    ".5",
+    ",,",
+    "..,",
+    "9.,a",
+    "a.,9",
+    "1-2-3",
+    "\r",
+    "Ǳ",
+    "ǅ",
+    "ﬃ",
 ]
 CHINESE = [
-    "我们是学生。", "一只狗在草地上奔跑", "2019年", "三点五公斤", "，", "！", "？", "“你好”",
-    "《书名》", "（括号）", "中文English混合", "１２３", "　", "3.5元", "第1-2章", "…",
+    "我们是学生。",
+    "一只狗在草地上奔跑",
+    "2019年",
+    "三点五公斤",
+    "，",
+    "！",
+    "？",
+    "“你好”",
+    "《书名》",
+    "（括号）",
+    "中文English混合",
+    "１２３",
+    "　",
+    "3.5元",
+    "第1-2章",
+    "…",
 ]
 PUNCT = [".", ",", "!", "?", ";", ":", '"', "'", "(", ")", "-", "--", "&", "/", " .", " ,"]
 
@@ -45,8 +140,21 @@ def corrupt(line: str, rng: random.Random) -> str:
     words = line.split()
     for _ in range(rng.randint(1, 3)):
         kind = rng.choice(
-            ["same", "drop", "repeat", "swap", "case", "punct", "unicode", "chinese", "truncate",
-             "empty", "blank", "shuffle", "detach"]
+            [
+                "same",
+                "drop",
+                "repeat",
+                "swap",
+                "case",
+                "punct",
+                "unicode",
+                "chinese",
+                "truncate",
+                "empty",
+                "blank",
+                "shuffle",
+                "detach",
+            ]
         )
         i = rng.randrange(len(words)) if words else 0
         if kind == "drop" and words:
@@ -82,7 +190,11 @@ def corrupt(line: str, rng: random.Random) -> str:
     sep = " " if rng.random() < 0.9 else rng.choice(["  ", "\t", " \u00a0"])
     text = sep.join(words)
     if rng.random() < 0.1:
-        text = rng.choice([" ", "  ", "\t", "\r", " \u3000"]) + text + rng.choice([" ", "\n", "\r", "\u2028"])
+        text = (
+            rng.choice([" ", "  ", "\t", "\r", " \u3000"])
+            + text
+            + rng.choice([" ", "\n", "\r", "\u2028"])
+        )
     return text
 
 
@@ -134,7 +246,9 @@ def corpus(name: str) -> Corpus:
             words = line.split()
             refs.append(_chinese(words, table, rng))
             hyps.append(_chinese(corrupt(line, rng).split(), table, rng))
-            second.append(None if rng.random() < 0.3 else _chinese(corrupt(line, rng).split(), table, rng))
+            second.append(
+                None if rng.random() < 0.3 else _chinese(corrupt(line, rng).split(), table, rng)
+            )
         return Corpus(name, tuple(hyps), tuple(refs), tuple(second))
     else:
         raise ValueError(name)

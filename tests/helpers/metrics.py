@@ -31,6 +31,7 @@ def signature_fields(signature: str) -> dict[str, str]:
     fields.pop("version")
     return fields
 
+
 # sacreBLEU warns about sentence-level BLEU without effective order; the tests do it on purpose.
 logging.getLogger("sacrebleu").setLevel(logging.ERROR)
 
@@ -58,4 +59,3 @@ def sacre_rows(name: str, tokenize: str, lowercase: bool, kind: str) -> list[tup
     metric = sacre_metric(name, tokenize, lowercase)
     rows = metric._extract_corpus_statistics(list(c.hypotheses), c.references(kind))
     return [tuple(int(x) for x in row) for row in rows]
-

@@ -19,8 +19,14 @@ from attnkit.metrics import (
 from tests.helpers.corpora import CORPORA, corpus
 from tests.helpers.metrics import TOL, assert_same_bleu, sacre_corpus, sacre_rows, signature_fields
 
-SMOOTHINGS = [("none", None), ("floor", None), ("floor", 0.5), ("add-k", None), ("add-k", 2),
-              ("exp", None)]
+SMOOTHINGS = [
+    ("none", None),
+    ("floor", None),
+    ("floor", 0.5),
+    ("add-k", None),
+    ("add-k", 2),
+    ("exp", None),
+]
 
 
 def _corpus_cases():
@@ -30,7 +36,9 @@ def _corpus_cases():
     for name, tokenize, lowercase in itertools.product(CORPORA, TOKENIZERS, [False, True]):
         kinds = ("one", "two", "var") if tokenize == "13a" else ("var",)
         for kind in kinds:
-            yield pytest.param(name, tokenize, lowercase, kind, id=f"{name}-{tokenize}-{lowercase}-{kind}")
+            yield pytest.param(
+                name, tokenize, lowercase, kind, id=f"{name}-{tokenize}-{lowercase}-{kind}"
+            )
 
 
 @pytest.mark.parametrize("name, tokenize, lowercase, kind", list(_corpus_cases()))
@@ -42,7 +50,9 @@ def test_corpus_bleu_matches_sacrebleu(name, tokenize, lowercase, kind):
     compares line by line)."""
     c = corpus(name)
     theirs, their_signature = sacre_corpus(name, tokenize, lowercase, kind)
-    stats = bleu_statistics(list(c.hypotheses), c.references(kind), tokenize=tokenize, lowercase=lowercase)
+    stats = bleu_statistics(
+        list(c.hypotheses), c.references(kind), tokenize=tokenize, lowercase=lowercase
+    )
     ours = bleu_from_statistics(stats)
     assert_same_bleu(ours, theirs)
     assert signature_fields(ours.signature) == signature_fields(their_signature)
@@ -51,9 +61,14 @@ def test_corpus_bleu_matches_sacrebleu(name, tokenize, lowercase, kind):
         assert list(stats.segments) == sacre_rows(name, tokenize, lowercase, kind)
     for smooth_method, smooth_value in SMOOTHINGS:
         for effective_order in (False, True):
-            kwargs = dict(smooth_method=smooth_method, smooth_value=smooth_value, effective_order=effective_order)
-            expected = BLEU.compute_bleu(list(theirs.counts), list(theirs.totals), theirs.sys_len,
-                                         theirs.ref_len, **kwargs)
+            kwargs = dict(
+                smooth_method=smooth_method,
+                smooth_value=smooth_value,
+                effective_order=effective_order,
+            )
+            expected = BLEU.compute_bleu(
+                list(theirs.counts), list(theirs.totals), theirs.sys_len, theirs.ref_len, **kwargs
+            )
             assert_same_bleu(bleu_from_statistics(stats, **kwargs), expected)
 
 
@@ -62,9 +77,16 @@ def _sentence_rows() -> list[tuple[int, ...]]:
     rows.update(sacre_rows("en", "13a", False, "var"))
     rows.update(sacre_rows("zh", "zh", False, "var"))
     # Degenerate statistics: nothing matched, nothing to match, no hypothesis, no reference.
-    rows.update([(0, 0, 0, 0, 0, 0, 0, 0, 0, 0), (0, 5, 0, 0, 0, 0, 0, 0, 0, 0),
-                 (3, 0, 0, 0, 0, 0, 3, 2, 1, 0), (1, 1, 1, 0, 0, 0, 1, 0, 0, 0),
-                 (2, 7, 2, 1, 0, 0, 2, 1, 0, 0), (6, 6, 6, 5, 4, 0, 6, 5, 4, 3)])
+    rows.update(
+        [
+            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+            (0, 5, 0, 0, 0, 0, 0, 0, 0, 0),
+            (3, 0, 0, 0, 0, 0, 3, 2, 1, 0),
+            (1, 1, 1, 0, 0, 0, 1, 0, 0, 0),
+            (2, 7, 2, 1, 0, 0, 2, 1, 0, 0),
+            (6, 6, 6, 5, 4, 0, 6, 5, 4, 3),
+        ]
+    )
     return sorted(rows)
 
 
@@ -73,7 +95,9 @@ def _sentence_rows() -> list[tuple[int, ...]]:
 def test_sentence_scores_match_sacrebleu(smooth_method, smooth_value, effective_order):
     """Sentence BLEU of every line of every corpus, from sacreBLEU's per-line statistics
     (which the corpus test shows equal ours), plus degenerate statistics."""
-    kwargs = dict(smooth_method=smooth_method, smooth_value=smooth_value, effective_order=effective_order)
+    kwargs = dict(
+        smooth_method=smooth_method, smooth_value=smooth_value, effective_order=effective_order
+    )
     for row in _sentence_rows():
         theirs = BLEU.compute_bleu(list(row[2:6]), list(row[6:]), row[0], row[1], **kwargs)
         ours = compute_bleu(row[2:6], row[6:], row[0], row[1], **kwargs)
@@ -87,16 +111,24 @@ def test_sentence_scores_match_sacrebleu(smooth_method, smooth_value, effective_
 def test_sentence_bleu_matches_sacrebleu(name, tokenize, lowercase, smooth_method):
     """The public sentence API on every 60th line, with one and with two references."""
     c = corpus(name)
-    metric = BLEU(tokenize=tokenize, lowercase=lowercase, smooth_method=smooth_method,
-                  effective_order=True)
+    metric = BLEU(
+        tokenize=tokenize, lowercase=lowercase, smooth_method=smooth_method, effective_order=True
+    )
     for i in range(0, len(c.hypotheses), 60):
         for refs in ([c.reference[i]], [c.reference[i], c.second[i]]):
             refs = [r for r in refs if r is not None]
             theirs = metric.sentence_score(c.hypotheses[i], refs)
-            ours = sentence_bleu(c.hypotheses[i], refs, tokenize=tokenize, lowercase=lowercase,
-                                 smooth_method=smooth_method)
+            ours = sentence_bleu(
+                c.hypotheses[i],
+                refs,
+                tokenize=tokenize,
+                lowercase=lowercase,
+                smooth_method=smooth_method,
+            )
             assert_same_bleu(ours, theirs)
-            assert signature_fields(ours.signature) == signature_fields(metric.get_signature().format())
+            assert signature_fields(ours.signature) == signature_fields(
+                metric.get_signature().format()
+            )
 
 
 @pytest.mark.parametrize("effective_order", [False, True])
@@ -133,7 +165,9 @@ SMALL_CASES = [
 @pytest.mark.parametrize("hyps, refs", SMALL_CASES)
 def test_small_corpora_match_sacrebleu(hyps, refs, smooth_method, smooth_value):
     for effective_order in (False, True):
-        kwargs = dict(smooth_method=smooth_method, smooth_value=smooth_value, effective_order=effective_order)
+        kwargs = dict(
+            smooth_method=smooth_method, smooth_value=smooth_value, effective_order=effective_order
+        )
         theirs = BLEU(**kwargs).corpus_score(hyps, refs)
         assert_same_bleu(corpus_bleu(hyps, refs, **kwargs), theirs)
 
@@ -196,7 +230,12 @@ RAW = dict(tokenize="none", smooth_method="floor", effective_order=True)
         (["test"], ["a test"], 0.01, 0.3678794411714425),  # effective order
         (["a test"], ["a test"], 0.01, 1.0),
         (["a little test"], ["a test"], 0.01, 0.03218297948685433),
-        (["am I am a character sequence"], ["I am a symbol string sequence a a"], None, 0.1555722182),
+        (
+            ["am I am a character sequence"],
+            ["I am a symbol string sequence a a"],
+            None,
+            0.1555722182,
+        ),
         (["am I am a character sequence"], ["I am a symbol string sequence a a"], 0.0, 0.0),
     ],
 )
@@ -206,8 +245,12 @@ def test_published_raw_scores(hyps, refs, smooth_value, expected):
 
 
 def test_published_statistics():
-    score = corpus_bleu(["am I am a character sequence"], [["I am a symbol string sequence a a"]],
-                        smooth_value=0.01, **RAW)
+    score = corpus_bleu(
+        ["am I am a character sequence"],
+        [["I am a symbol string sequence a a"]],
+        smooth_value=0.01,
+        **RAW,
+    )
     assert (score.counts, score.totals) == ([4, 2, 1, 0], [6, 5, 4, 3])
 
 
@@ -228,7 +271,9 @@ def test_published_scoring():
     ],
 )
 def test_published_degenerate_statistics(counts, totals, sys_len, ref_len, offset):
-    score = compute_bleu(counts, totals, sys_len, ref_len, smooth_method="floor", smooth_value=offset)
+    score = compute_bleu(
+        counts, totals, sys_len, ref_len, smooth_method="floor", smooth_value=offset
+    )
     assert score.score == 0.0
 
 
@@ -254,8 +299,14 @@ SENT_HYP = "Producția de zahăr primă va fi exprimată în ceea ce privește z
     ],
 )
 def test_published_sentence_scores(smooth_method, smooth_value, lowercase, tokenize, expected):
-    score = sentence_bleu(SENT_HYP, [SENT_REF], smooth_method=smooth_method,
-                          smooth_value=smooth_value, lowercase=lowercase, tokenize=tokenize)
+    score = sentence_bleu(
+        SENT_HYP,
+        [SENT_REF],
+        smooth_method=smooth_method,
+        smooth_value=smooth_value,
+        lowercase=lowercase,
+        tokenize=tokenize,
+    )
     assert abs(score.score - expected) < 1e-3  # the published precision
 
 
@@ -286,7 +337,9 @@ def test_unknown_tokenizer_lists_the_known_ones():
 
 
 def test_unknown_smoothing_lists_the_known_ones():
-    with pytest.raises(ValueError, match="smooth_method='add-one'.*'none'.*'floor'.*'add-k'.*'exp'"):
+    with pytest.raises(
+        ValueError, match="smooth_method='add-one'.*'none'.*'floor'.*'add-k'.*'exp'"
+    ):
         corpus_bleu(["a"], [["a"]], smooth_method="add-one")
 
 

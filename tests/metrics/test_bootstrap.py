@@ -62,8 +62,13 @@ def test_paired_bootstrap_equals_sacrebleus():
     rng = np.random.default_rng(0)
     # A better system: the reference itself on a random half of the lines.
     system = [r if rng.random() < 0.5 else h for h, r in zip(baseline, refs[0], strict=True)]
-    _, scores = PairedTest([("baseline", baseline), ("system", system)], {"BLEU": BLEU(references=refs)},
-                           references=None, test_type="bs", n_samples=1000)()
+    _, scores = PairedTest(
+        [("baseline", baseline), ("system", system)],
+        {"BLEU": BLEU(references=refs)},
+        references=None,
+        test_type="bs",
+        n_samples=1000,
+    )()
     their_bl, their_sys = scores["BLEU"]
     ours = paired_bootstrap(bleu_statistics(baseline, refs), bleu_statistics(system, refs))
     assert ours.baseline.score == pytest.approx(their_bl.score, abs=TOL, rel=0)

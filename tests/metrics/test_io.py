@@ -89,7 +89,9 @@ def test_non_utf8_message_gives_the_byte_offset(tmp_path):
 
 def test_non_utf8_stdin_is_named(monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\xc3(\n")))
-    with pytest.raises(ValueError, match=r"^<stdin>: line 1 is not valid UTF-8 \(invalid continuation byte"):
+    with pytest.raises(
+        ValueError, match=r"^<stdin>: line 1 is not valid UTF-8 \(invalid continuation byte"
+    ):
         read_lines("-")
 
 
@@ -99,7 +101,9 @@ def test_gzip_by_content_and_by_name(tmp_path):
     assert read_lines(plain_name) == ["ä", "b"]
     fake = tmp_path / "fake.gz"
     fake.write_bytes(b"plain text")
-    with pytest.raises(ValueError, match=r"fake\.gz'?: cannot read the file: not a valid gzip file"):
+    with pytest.raises(
+        ValueError, match=r"fake\.gz'?: cannot read the file: not a valid gzip file"
+    ):
         read_lines(fake)
 
 

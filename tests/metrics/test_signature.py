@@ -10,7 +10,14 @@ from sacrebleu.metrics import BLEU
 
 from attnkit.metrics import TOKENIZERS, bleu_signature, corpus_bleu
 
-SMOOTHINGS = [("none", None), ("floor", None), ("floor", 0.25), ("add-k", None), ("add-k", 3), ("exp", None)]
+SMOOTHINGS = [
+    ("none", None),
+    ("floor", None),
+    ("floor", 0.25),
+    ("add-k", None),
+    ("add-k", 3),
+    ("exp", None),
+]
 
 
 @pytest.mark.parametrize("smooth_method, smooth_value", SMOOTHINGS)
@@ -22,8 +29,13 @@ def test_signature_fields_equal_sacrebleus(smooth_method, smooth_value):
         refs = [["a b", "d"], ["a", "e"]][: 1 if nrefs == 1 else 2]
         if nrefs == "var":
             refs = [["a b", "d"], ["a", None]]
-        kwargs = dict(tokenize=tokenize, lowercase=lowercase, effective_order=effective_order,
-                      smooth_method=smooth_method, smooth_value=smooth_value)
+        kwargs = dict(
+            tokenize=tokenize,
+            lowercase=lowercase,
+            effective_order=effective_order,
+            smooth_method=smooth_method,
+            smooth_value=smooth_value,
+        )
         metric = BLEU(**kwargs)
         metric.corpus_score(hyps, refs)
         ours = corpus_bleu(hyps, refs, **kwargs).signature

@@ -27,7 +27,9 @@ def test_batches_add_up_to_the_corpus():
     assert batches[0] + batches[1] + batches[2] + batches[3] == whole
     theirs, signature = sacre_corpus("en", "13a", False, "var")
     assert_same_bleu(bleu_from_statistics(sum(batches)), theirs)
-    assert signature_fields(bleu_from_statistics(sum(batches)).signature) == signature_fields(signature)
+    assert signature_fields(bleu_from_statistics(sum(batches)).signature) == signature_fields(
+        signature
+    )
 
 
 def test_files_add_up_like_one_concatenated_corpus():
@@ -44,7 +46,12 @@ def test_files_add_up_like_one_concatenated_corpus():
 def test_rows_have_sacrebleus_layout():
     stats = bleu_statistics(["the cat sat", ""], [["the cat sat down", "x"]], max_ngram_order=3)
     assert stats.segments == ((3, 4, 3, 2, 1, 3, 2, 1), (0, 1, 0, 0, 0, 0, 0, 0))
-    assert (stats.sys_len, stats.ref_len, stats.counts, stats.totals) == (3, 5, [3, 2, 1], [3, 2, 1])
+    assert (stats.sys_len, stats.ref_len, stats.counts, stats.totals) == (
+        3,
+        5,
+        [3, 2, 1],
+        [3, 2, 1],
+    )
 
 
 def test_nrefs_of_a_sum():

@@ -123,6 +123,7 @@ def test_attention_weights_match_hugging_face(minilm_dir, model, batch):
 
 def test_sentence_embeddings_match_sentence_transformers(minilm_dir, model):
     import sentence_transformers as st
+
     ref = st.SentenceTransformer(str(minilm_dir), device="cpu").encode(
         SENTENCES, convert_to_tensor=True
     )
@@ -144,6 +145,7 @@ def test_encode_batching_and_order(model):
 @pytest.mark.parametrize("mode", ["cls", "max", "mean", "mean_sqrt_len_tokens"])
 def test_pooling_matches_sentence_transformers(mode):
     import sentence_transformers.models as st_models
+
     hidden = torch.randn(3, 6, 8, generator=torch.Generator().manual_seed(0))
     mask = torch.tensor([[1] * 6, [1] * 3 + [0] * 3, [1] + [0] * 5])
     features = {"token_embeddings": hidden, "attention_mask": mask}
@@ -176,7 +178,9 @@ def test_pytorch_model_bin_is_refused_and_its_conversion_gives_the_same_outputs(
     for name in SENTENCE_FILES:
         shutil.copy(minilm_dir / name, tmp_path / name)
     shutil.copytree(minilm_dir / "1_Pooling", tmp_path / "1_Pooling")
-    with pytest.raises(ValueError, match=r"pytorch_model.bin: pickled weights.*arbitrary code") as err:
+    with pytest.raises(
+        ValueError, match=r"pytorch_model.bin: pickled weights.*arbitrary code"
+    ) as err:
         BertModel.from_pretrained(tmp_path)
     command = shlex.split(str(err.value).split("convert it once with: ", 1)[1])
     assert command[0] == "python"
@@ -217,7 +221,9 @@ def test_prefixed_and_old_names_load(tiny_hf_dir, tmp_path):
     state = load_file(str(tiny_hf_dir / "model.safetensors"))
     renamed = {}
     for key, value in state.items():
-        key = key.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta")
+        key = key.replace("LayerNorm.weight", "LayerNorm.gamma").replace(
+            "LayerNorm.bias", "LayerNorm.beta"
+        )
         renamed[f"bert.{key}"] = value
     renamed["cls.predictions.bias"] = torch.zeros(TINY["vocab_size"])
     shutil.copy(tiny_hf_dir / "config.json", tmp_path / "config.json")
@@ -296,19 +302,28 @@ def test_config_rejects_what_it_does_not_implement():
         BertConfig.from_dict({"hidden_act": "gelu_new"})
     with pytest.raises(ValueError, match="position_embedding_type"):
         BertConfig.from_dict({"position_embedding_type": "relative_key"})
-    assert BertConfig.from_dict({"architectures": ["BertModel"], "hidden_size": 24}).hidden_size == 24
+    assert (
+        BertConfig.from_dict({"architectures": ["BertModel"], "hidden_size": 24}).hidden_size == 24
+    )
 
 
 def test_pooling_read_from_sentence_transformers_files(minilm_dir, tmp_path):
     assert Pooling.from_folder(minilm_dir) == Pooling(("mean",), normalize=True)
     modules = [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {
+            "idx": 1,
+            "name": "1",
+            "path": "1_Pooling",
+            "type": "sentence_transformers.models.Pooling",
+        },
     ]
     (tmp_path / "modules.json").write_text(json.dumps(modules))
     (tmp_path / "1_Pooling").mkdir()
     pooling_config = tmp_path / "1_Pooling" / "config.json"
-    pooling_config.write_text(json.dumps({"embedding_dimension": 8, "pooling_mode": ["max", "cls"]}))
+    pooling_config.write_text(
+        json.dumps({"embedding_dimension": 8, "pooling_mode": ["max", "cls"]})
+    )
     assert Pooling.from_folder(tmp_path) == Pooling(("max", "cls"), normalize=False)
     pooling_config.write_text(json.dumps({"pooling_mode_lasttoken": True}))
     with pytest.raises(ValueError, match="lasttoken"):
@@ -392,17 +407,25 @@ def test_weights_of_the_wrong_dtype_or_shape_are_named(tiny_hf_dir, tmp_path):
     state = load_file(str(folder / "model.safetensors"))
     key = "encoder.layer.0.output.dense.weight"
     save_file({**state, key: state[key].to(torch.int32)}, str(folder / "model.safetensors"))
-    with pytest.raises(ValueError, match=r"expected floating-point tensors, got \['encoder.layers.0.ffn.linear2.weight: torch.int32'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"expected floating-point tensors, got \['encoder.layers.0.ffn.linear2.weight: torch.int32'\]",
+    ):
         BertModel.from_pretrained(folder)
     save_file({**state, key: state[key][:, :5].contiguous()}, str(folder / "model.safetensors"))
-    with pytest.raises(ValueError, match=r"does not match .*config.json.*shapes differ: \['encoder.layers.0.ffn.linear2.weight: file \(32, 5\), model \(32, 37\)'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"does not match .*config.json.*shapes differ: \['encoder.layers.0.ffn.linear2.weight: file \(32, 5\), model \(32, 37\)'\]",
+    ):
         BertModel.from_pretrained(folder)
 
 
 def test_bfloat16_weights_load_as_float32(tiny_hf_dir, tmp_path):
     folder = _tiny_copy(tiny_hf_dir, tmp_path)
     state = load_file(str(folder / "model.safetensors"))
-    save_file({k: v.to(torch.bfloat16) for k, v in state.items()}, str(folder / "model.safetensors"))
+    save_file(
+        {k: v.to(torch.bfloat16) for k, v in state.items()}, str(folder / "model.safetensors")
+    )
     ours = BertModel.from_pretrained(folder)
     assert ours.embeddings.word.weight.dtype == torch.float32
     want = state["embeddings.word_embeddings.weight"].to(torch.bfloat16).float()
@@ -413,7 +436,9 @@ def test_bad_sentence_transformers_max_seq_length_names_the_file(tiny_hf_dir, tm
     folder = _tiny_copy(tiny_hf_dir, tmp_path)
     shutil.copy(default_model_dir() / "tokenizer.json", folder / "tokenizer.json")
     (folder / "sentence_bert_config.json").write_text('{"max_seq_length": "256"}')
-    with pytest.raises(ValueError, match=r"sentence_bert_config.json: max_seq_length: expected an integer"):
+    with pytest.raises(
+        ValueError, match=r"sentence_bert_config.json: max_seq_length: expected an integer"
+    ):
         BertModel.from_pretrained(folder)
     (folder / "sentence_bert_config.json").write_text("[256]")
     with pytest.raises(ValueError, match=r"sentence_bert_config.json: expected a JSON object"):

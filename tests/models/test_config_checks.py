@@ -14,7 +14,9 @@ from attnkit.models.config_checks import MAX_PARAMETERS
 from tests.helpers.bad_files import BAD_SIZES
 
 # Every int field is a size, but the pad ids (which may be 0).
-TRANSFORMER_SIZES = [f.name for f in fields(TransformerConfig) if f.type == "int" and f.name != "pad_id"]
+TRANSFORMER_SIZES = [
+    f.name for f in fields(TransformerConfig) if f.type == "int" and f.name != "pad_id"
+]
 BERT_SIZES = [f.name for f in fields(BertConfig) if f.type == "int" and f.name != "pad_token_id"]
 
 
@@ -33,7 +35,9 @@ def transformer(**changes):
 @pytest.mark.parametrize("value", BAD_SIZES, ids=repr)
 @pytest.mark.parametrize("name", TRANSFORMER_SIZES)
 def test_transformer_sizes_must_be_positive_ints_in_bounds(name, value):
-    with pytest.raises(ValueError, match=rf"^{name}: expected an integer from 1 to 1,048,576, got "):
+    with pytest.raises(
+        ValueError, match=rf"^{name}: expected an integer from 1 to 1,048,576, got "
+    ):
         transformer(**{name: value})
 
 
@@ -41,7 +45,9 @@ def test_transformer_sizes_must_be_positive_ints_in_bounds(name, value):
 @pytest.mark.parametrize("name", BERT_SIZES)
 def test_bert_sizes_must_be_positive_ints_in_bounds(name, value):
     tiny = dict(hidden_size=32, num_attention_heads=4, intermediate_size=37, vocab_size=99)
-    with pytest.raises(ValueError, match=rf"^{name}: expected an integer from 1 to 1,048,576, got "):
+    with pytest.raises(
+        ValueError, match=rf"^{name}: expected an integer from 1 to 1,048,576, got "
+    ):
         BertConfig(**{**tiny, name: value})
 
 
@@ -78,7 +84,10 @@ def test_bert_dropouts_must_be_probabilities(name, value):
         ({"pad_id": 100}, r"pad_id: expected an integer from 0 to 99, got 100"),
         ({"pad_id": -1}, r"pad_id: expected an integer from 0 to 99, got -1"),
         ({"pad_id": 0.0}, r"pad_id: expected an integer"),
-        ({"d_model": 18, "num_heads": 4}, r"d_model must be a multiple of num_heads, got d_model=18"),
+        (
+            {"d_model": 18, "num_heads": 4},
+            r"d_model must be a multiple of num_heads, got d_model=18",
+        ),
         (
             {"share_embeddings": True, "src_vocab_size": 100, "tgt_vocab_size": 90},
             r"share_embeddings needs one vocabulary",
@@ -109,7 +118,9 @@ def test_bert_switches_and_relations(changes, message):
 
 def test_absurd_totals_are_refused_before_anything_is_allocated():
     # Every size is within MAX_SIZE, but the tables alone would be 2**20 * 2**16 * 4 bytes.
-    with pytest.raises(ValueError, match=r"TransformerConfig: about [\d,]+ parameters .*check the sizes"):
+    with pytest.raises(
+        ValueError, match=r"TransformerConfig: about [\d,]+ parameters .*check the sizes"
+    ):
         transformer(src_vocab_size=2**20, d_model=2**16, num_heads=1)
     with pytest.raises(ValueError, match=r"BertConfig: about [\d,]+ parameters"):
         BertConfig(hidden_size=2**16, num_attention_heads=1, intermediate_size=2**20)

@@ -110,7 +110,10 @@ def test_integer_mask_equals_bool_mask_and_all_ones_equals_none(rows):
             rtol=0,
         )
         torch.testing.assert_close(
-            model(ids, attention_mask=torch.ones_like(ids)).logits, model(ids).logits, atol=0, rtol=0
+            model(ids, attention_mask=torch.ones_like(ids)).logits,
+            model(ids).logits,
+            atol=0,
+            rtol=0,
         )
 
 
@@ -121,7 +124,9 @@ def test_a_row_of_only_padding_gives_no_nan():
     with torch.no_grad():
         out = model(ids, attention_mask=mask, return_weights=True)
     assert not out.logits.isnan().any()
-    assert all(not w.isnan().any() and torch.equal(w[1], torch.zeros_like(w[1])) for w in out.weights)
+    assert all(
+        not w.isnan().any() and torch.equal(w[1], torch.zeros_like(w[1])) for w in out.weights
+    )
 
 
 # --------------------------------------------------------------------------- cache
@@ -134,7 +139,9 @@ def incremental(model, ids, mask, split, *, cache_len=None):
     with torch.no_grad():
         outs = [model(ids[:, :split], attention_mask=mask[:, :split], cache=cache).logits]
         for j in range(split, t):
-            outs.append(model(ids[:, j : j + 1], attention_mask=mask[:, j : j + 1], cache=cache).logits)
+            outs.append(
+                model(ids[:, j : j + 1], attention_mask=mask[:, j : j + 1], cache=cache).logits
+            )
     return torch.cat(outs, 1), cache
 
 
@@ -236,17 +243,57 @@ def test_cache_refusals_leave_it_as_it_was():
 @pytest.mark.parametrize(
     "ids,mask,error,message",
     [
-        (torch.tensor([[1, 53]]), None, ValueError, r"ids: token id 53 is outside the vocabulary \[0, 53\)"),
+        (
+            torch.tensor([[1, 53]]),
+            None,
+            ValueError,
+            r"ids: token id 53 is outside the vocabulary \[0, 53\)",
+        ),
         (torch.tensor([[-1, 2]]), None, ValueError, r"ids: token id -1 is outside"),
-        (torch.ones(1, 25, dtype=torch.long), None, ValueError, r"ids: a row reaches position 24, beyond context_length=24"),
-        (torch.ones(3, dtype=torch.long), None, ValueError, r"ids: expected integer token ids of shape \(B, T\), got shape \(3,\)"),
-        (torch.ones(1, 3), None, ValueError, r"ids: expected integer token ids .* dtype torch.float32"),
+        (
+            torch.ones(1, 25, dtype=torch.long),
+            None,
+            ValueError,
+            r"ids: a row reaches position 24, beyond context_length=24",
+        ),
+        (
+            torch.ones(3, dtype=torch.long),
+            None,
+            ValueError,
+            r"ids: expected integer token ids of shape \(B, T\), got shape \(3,\)",
+        ),
+        (
+            torch.ones(1, 3),
+            None,
+            ValueError,
+            r"ids: expected integer token ids .* dtype torch.float32",
+        ),
         (torch.ones(1, 0, dtype=torch.long), None, ValueError, r"ids: expected at least one token"),
         ([[1, 2]], None, TypeError, r"ids: expected a torch.Tensor, got list"),
-        (torch.ones(1, 3, dtype=torch.long), torch.ones(1, 4, dtype=torch.bool), ValueError, r"attention_mask: expected the shape of ids \(1, 3\), got \(1, 4\)"),
-        (torch.ones(1, 3, dtype=torch.long), torch.ones(1, 3), TypeError, r"attention_mask: expected bool or 0/1 integers .* got dtype torch.float32"),
-        (torch.ones(1, 3, dtype=torch.long), torch.tensor([[0, 1, 2]]), ValueError, r"attention_mask: expected only 0 and 1"),
-        (torch.ones(1, 3, dtype=torch.long), [[1, 1, 1]], TypeError, r"attention_mask: expected a torch.Tensor, got list"),
+        (
+            torch.ones(1, 3, dtype=torch.long),
+            torch.ones(1, 4, dtype=torch.bool),
+            ValueError,
+            r"attention_mask: expected the shape of ids \(1, 3\), got \(1, 4\)",
+        ),
+        (
+            torch.ones(1, 3, dtype=torch.long),
+            torch.ones(1, 3),
+            TypeError,
+            r"attention_mask: expected bool or 0/1 integers .* got dtype torch.float32",
+        ),
+        (
+            torch.ones(1, 3, dtype=torch.long),
+            torch.tensor([[0, 1, 2]]),
+            ValueError,
+            r"attention_mask: expected only 0 and 1",
+        ),
+        (
+            torch.ones(1, 3, dtype=torch.long),
+            [[1, 1, 1]],
+            TypeError,
+            r"attention_mask: expected a torch.Tensor, got list",
+        ),
     ],
 )
 def test_bad_inputs_raise_clear_errors(ids, mask, error, message):

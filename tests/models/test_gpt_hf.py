@@ -122,7 +122,9 @@ def test_config_and_tokenizer_come_from_the_folder(model, small_dir, tokenizer):
     assert model.lm_head.weight is model.embed.weight
     assert not model.training
     # The tokenizer is the folder's: ids equal those of transformers' fast tokenizer on it.
-    reference = transformers.PreTrainedTokenizerFast(tokenizer_file=str(small_dir / "tokenizer.json"))
+    reference = transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(small_dir / "tokenizer.json")
+    )
     for text in TEXTS:
         ids = model.tokenizer.encode(text)
         assert ids == reference(text)["input_ids"]
@@ -255,7 +257,9 @@ def test_gpt2_small_shape_matches_hugging_face(tmp_path):
     assert_matches_hf(model, hf, ids, mask, weights=True)
 
 
-def test_gpt2model_checkpoint_without_prefix_and_with_mask_buffers(tmp_path, small_dir, model, rows):
+def test_gpt2model_checkpoint_without_prefix_and_with_mask_buffers(
+    tmp_path, small_dir, model, rows
+):
     """The original ``gpt2`` checkpoint's layout: GPT2Model names (no ``transformer.``) and the
     causal-mask buffers ``h.N.attn.bias`` / ``h.N.attn.masked_bias``."""
     state = load_file(small_dir / "model.safetensors")
@@ -269,8 +273,10 @@ def test_gpt2model_checkpoint_without_prefix_and_with_mask_buffers(tmp_path, sma
     ids, mask = padded(rows, "right")
     with torch.no_grad():
         torch.testing.assert_close(
-            loaded(ids, attention_mask=mask).logits, model(ids, attention_mask=mask).logits,
-            atol=0, rtol=0,
+            loaded(ids, attention_mask=mask).logits,
+            model(ids, attention_mask=mask).logits,
+            atol=0,
+            rtol=0,
         )
 
 
@@ -280,7 +286,11 @@ def test_gpt2model_checkpoint_without_prefix_and_with_mask_buffers(tmp_path, sma
 def test_save_pretrained_round_trips_and_hugging_face_reads_it(tmp_path, model, rows):
     out = tmp_path / "saved"
     assert model.save_pretrained(out) == out
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+    ]
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "gpt2" and config["activation_function"] == "gelu_new"
     stored = load_file(out / "model.safetensors")
@@ -288,7 +298,9 @@ def test_save_pretrained_round_trips_and_hugging_face_reads_it(tmp_path, model, 
     assert stored["transformer.h.0.attn.c_attn.weight"].shape == (64, 192)  # Conv1D (in, out)
 
     again = GPT.from_pretrained(out)
-    for (name, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items(), strict=True):
+    for (name, a), (_, b) in zip(
+        model.state_dict().items(), again.state_dict().items(), strict=True
+    ):
         assert torch.equal(a, b), name
     assert again.lm_head.weight is again.embed.weight
     assert again.tokenizer.encode(TEXTS[0]) == model.tokenizer.encode(TEXTS[0])
@@ -305,8 +317,19 @@ def test_save_pretrained_round_trips_and_hugging_face_reads_it(tmp_path, model, 
     ],
 )
 def test_save_refuses_what_gpt2_folders_cannot_hold(tmp_path, field, value, message):
-    model = GPT(GPTConfig(vocab_size=50, context_length=16, d_model=16, num_heads=2, num_layers=1,
-                          d_ff=32, bos_token_id=0, eos_token_id=0, **{field: value}))
+    model = GPT(
+        GPTConfig(
+            vocab_size=50,
+            context_length=16,
+            d_model=16,
+            num_heads=2,
+            num_layers=1,
+            d_ff=32,
+            bos_token_id=0,
+            eos_token_id=0,
+            **{field: value},
+        )
+    )
     with pytest.raises(ValueError, match=message):
         model.save_pretrained(tmp_path / "out")
     assert not (tmp_path / "out").exists()
@@ -337,7 +360,9 @@ def test_unsupported_config_options_are_refused(tmp_path, small_dir, option, val
     config = json.loads((small_dir / "config.json").read_text())
     config[option] = value
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match=rf"config\.json: {option}={json.dumps(value)} is not supported"):
+    with pytest.raises(
+        ValueError, match=rf"config\.json: {option}={json.dumps(value)} is not supported"
+    ):
         GPT.from_pretrained(tmp_path)
 
 
@@ -407,7 +432,9 @@ def test_tokenizer_that_does_not_fit_the_model_is_refused(tmp_path, small_dir, t
     config = json.loads((small_dir / "config.json").read_text())
     n = tokenizer.get_vocab_size()
     (tmp_path / "config.json").write_text(json.dumps({**config, "vocab_size": n - 10}))
-    with pytest.raises(ValueError, match=rf"tokenizer\.json: {n} tokens, more than vocab_size={n - 10}"):
+    with pytest.raises(
+        ValueError, match=rf"tokenizer\.json: {n} tokens, more than vocab_size={n - 10}"
+    ):
         GPT.from_pretrained(tmp_path)
     (tmp_path / "tokenizer.json").write_text("{not json")
     with pytest.raises(ValueError, match=r"tokenizer\.json: not a readable tokenizer\.json"):

@@ -228,8 +228,9 @@ def test_bad_shapes_raise():
     with pytest.raises(ValueError, match=r"x: expected shape \(B, T, 8\), got \(3, 8\)"):
         mha(torch.randn(3, 8))
     with pytest.raises(
-        ValueError, match=r"context: expected shape \(B_ctx, T_k, 8\) with B_ctx dividing the 2 "
-        r"query rows, got \(3, 4, 8\)"
+        ValueError,
+        match=r"context: expected shape \(B_ctx, T_k, 8\) with B_ctx dividing the 2 "
+        r"query rows, got \(3, 4, 8\)",
     ):
         mha(torch.randn(2, 3, D), torch.randn(3, 4, D))
     with pytest.raises(ValueError, match=r"dropout: .*got 1\.0"):

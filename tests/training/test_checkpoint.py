@@ -149,9 +149,18 @@ def _truncate(path):
         (_truncate, r"resume.pt: not a readable resume state"),
         (lambda p: p.write_bytes(b"\x00" * 64), r"resume.pt: not a readable resume state"),
         (lambda p: p.write_text("{}"), r"resume.pt: not a readable resume state"),
-        (lambda p: torch.save([1, 2], p), r"resume.pt: expected a dict of training states, got list"),
-        (lambda p: torch.save(torch.zeros(3), p), r"expected a dict of training states, got Tensor"),
-        (lambda p: torch.save({"f": os.getcwd}, p), r"resume.pt: not a readable resume state \(UnpicklingError"),
+        (
+            lambda p: torch.save([1, 2], p),
+            r"resume.pt: expected a dict of training states, got list",
+        ),
+        (
+            lambda p: torch.save(torch.zeros(3), p),
+            r"expected a dict of training states, got Tensor",
+        ),
+        (
+            lambda p: torch.save({"f": os.getcwd}, p),
+            r"resume.pt: not a readable resume state \(UnpicklingError",
+        ),
     ],
 )
 def test_a_corrupt_resume_state_is_a_clear_error(last, damage, message):

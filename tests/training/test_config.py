@@ -93,8 +93,14 @@ def test_bad_override_syntax(item, message):
         ("[optim]\nbetas = [0.9]\n", r"optim.betas: expected tuple"),
         ('[model]\ndropout = "high"\n', r"model.dropout: expected float"),
         ("[model]\nsrc_vocab_size = 10\n", r"model.src_vocab_size: set from the tokenizer"),
-        ("[data]\nmax_tokens = 0\n", r"c.toml': data.max_tokens: expected an integer from 1 to 16,777,216, got 0"),
-        ('[model]\npositional = "rope"\n', r"positional: expected one of \['sinusoidal', 'learned'\]"),
+        (
+            "[data]\nmax_tokens = 0\n",
+            r"c.toml': data.max_tokens: expected an integer from 1 to 16,777,216, got 0",
+        ),
+        (
+            '[model]\npositional = "rope"\n',
+            r"positional: expected one of \['sinusoidal', 'learned'\]",
+        ),
         ("[model\n", r"is not valid TOML"),
     ],
 )
@@ -123,7 +129,9 @@ def test_with_overrides_keeps_vocab_sizes():
 
 
 def test_optim_and_data_validation():
-    with pytest.raises(ValueError, match=r"optim.label_smoothing: expected a number in \[0.0, 1.0\)"):
+    with pytest.raises(
+        ValueError, match=r"optim.label_smoothing: expected a number in \[0.0, 1.0\)"
+    ):
         OptimConfig(label_smoothing=1.0)
     with pytest.raises(ValueError, match=r"train_src and train_tgt must name files"):
         DataConfig(corpus="")

@@ -104,8 +104,16 @@ def test_all_ranks_raise_together_when_one_rank_fails(tmp_path):
     script = tmp_path / "agree.py"
     script.write_text(AGREE)
     run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(script), str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(script),
+            str(tmp_path),
+        ],
         timeout=120,
     )
     rank0 = (tmp_path / "rank0.txt").read_text().splitlines()

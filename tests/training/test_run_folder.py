@@ -87,7 +87,9 @@ def test_a_run_that_stopped_before_its_first_checkpoint_is_started_over(tmp_path
     (folder / "metrics.jsonl").write_text('{"step": 7, "train_loss": 1.0}\n')  # a killed run's
     result = train(fast_config("optim.max_steps=2"), folder, progress=False)
     assert result.step == 2
-    steps = [json.loads(line)["step"] for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    steps = [
+        json.loads(line)["step"] for line in (folder / "metrics.jsonl").read_text().splitlines()
+    ]
     assert 7 not in steps and max(steps) == 2
 
 

@@ -19,7 +19,9 @@ SETS = [arg for item in FAST for arg in ("--set", item)]
 
 
 def new_run(folder, *args: str) -> int:
-    return main(["train", "--no-progress", "--config", str(TINY_COPY), "--out", str(folder), *SETS, *args])
+    return main(
+        ["train", "--no-progress", "--config", str(TINY_COPY), "--out", str(folder), *SETS, *args]
+    )
 
 
 def resume(folder, *args: str) -> int:

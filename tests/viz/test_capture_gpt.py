@@ -46,7 +46,9 @@ def test_labels_are_the_tokens(pair):
     assert len(maps.src_tokens) == len(ids) > 4  # the tiny BPE splits some words
     # a word start is shown without its space, a piece inside a word with "##"
     assert not maps.src_tokens[0].startswith("##")
-    assert "".join(t[2:] if t.startswith("##") else " " + t for t in maps.src_tokens).strip() == text
+    assert (
+        "".join(t[2:] if t.startswith("##") else " " + t for t in maps.src_tokens).strip() == text
+    )
     assert maps.axes("encoder") == (maps.src_tokens, maps.src_tokens)
     assert maps.kind_label("encoder") == "GPT causal self-attention"
 
@@ -66,5 +68,7 @@ def test_attention_command_on_a_gpt_folder(pair, tmp_path, capsys):
     assert "GPT" in out.read_text(encoding="utf-8")
     assert "wrote" in capsys.readouterr().err
     png = tmp_path / "gpt.png"
-    assert main(["attention", "--model", str(folder), TEXT, "--head", "mean", "--out", str(png)]) == 0
+    assert (
+        main(["attention", "--model", str(folder), TEXT, "--head", "mean", "--out", str(png)]) == 0
+    )
     assert png.stat().st_size > 0

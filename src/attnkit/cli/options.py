@@ -24,7 +24,11 @@ def integer(low: int | None = None, high: int | None = None, *, what: str = "an 
             value = int(text)
         except ValueError:
             value = None
-        if value is None or (low is not None and value < low) or (high is not None and value > high):
+        if (
+            value is None
+            or (low is not None and value < low)
+            or (high is not None and value > high)
+        ):
             raise argparse.ArgumentTypeError(f"expected {_range(what, low, high)}, got {text!r}")
         return value
 
@@ -44,8 +48,7 @@ def real(low: float | None = None, high: float | None = None, *, what: str = "a 
         ok = ok and (low is None or value >= low) and (high is None or value <= high)
         if not ok:
             raise argparse.ArgumentTypeError(
-                f"expected {_range('a finite ' + what.removeprefix('a '), low, high)}, "
-                f"got {text!r}"
+                f"expected {_range('a finite ' + what.removeprefix('a '), low, high)}, got {text!r}"
             )
         return value
 

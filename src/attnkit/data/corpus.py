@@ -105,9 +105,7 @@ def load_parallel(
     tgt = read_lines(tgt_path)
     for arg, path, lines in (("src_path", src_path, src), ("tgt_path", tgt_path, tgt)):
         if not lines:
-            raise ValueError(
-                f"{arg}={os.fspath(path)!r} is empty, expected one sentence a line"
-            )
+            raise ValueError(f"{arg}={os.fspath(path)!r} is empty, expected one sentence a line")
     if len(src) != len(tgt):
         raise ValueError(
             f"src_path={os.fspath(src_path)!r} has {len(src)} lines but "

@@ -228,7 +228,9 @@ class DecoderState:
                 cross_cache.reorder(sentences)
 
 
-def prefill(model, src: Tensor, *, num_positions: int, use_cache: bool, bos_id: int) -> DecoderState:
+def prefill(
+    model, src: Tensor, *, num_positions: int, use_cache: bool, bos_id: int
+) -> DecoderState:
     """Encode ``src`` (B, S) and set up decoding, one hypothesis (bos) per sentence.
 
     Beam search widens the state to ``beam`` rows per sentence at its first step, so the
@@ -282,6 +284,7 @@ def decode_one_token(model, state: DecoderState, step: int) -> Tensor:
 
         def logits(rows: slice) -> Tensor:
             return model.output(hidden[rows])  # (rows, V)
+
     n, vocab = state.tokens.shape[0], model.config.tgt_vocab_size
     if state.lprobs is None or state.lprobs.shape[0] < n:
         state.lprobs = torch.empty(n, vocab, dtype=torch.float32, device=state.tokens.device)

@@ -74,7 +74,7 @@ def model_config_from(raw: Mapping[str, Any], path: Path) -> TransformerConfig:
         fields_ = raw["model"]
         if not isinstance(fields_, Mapping):
             raise ValueError(
-                f"{path}: \"model\": expected an object of TransformerConfig fields, got "
+                f'{path}: "model": expected an object of TransformerConfig fields, got '
                 f"{type(fields_).__name__}"
             )
     else:
@@ -83,11 +83,13 @@ def model_config_from(raw: Mapping[str, Any], path: Path) -> TransformerConfig:
         if not fields_:
             raise ValueError(
                 f"{path}: no TransformerConfig fields found, expected them at the top level or "
-                f"under a \"model\" key; got keys {sorted(raw)}"
+                f'under a "model" key; got keys {sorted(raw)}'
             )
         ignored = sorted(set(raw) - known)
         if ignored:
-            logger.debug("%s: ignoring keys that are not TransformerConfig fields: %s", path, ignored)
+            logger.debug(
+                "%s: ignoring keys that are not TransformerConfig fields: %s", path, ignored
+            )
     try:
         return TransformerConfig.from_dict(dict(fields_))
     except (TypeError, ValueError) as err:

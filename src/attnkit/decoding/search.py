@@ -38,9 +38,7 @@ class LengthPenalty:
 
     def __post_init__(self) -> None:
         if self.style not in LENGTH_PENALTY_STYLES:
-            raise ValueError(
-                f"style: expected one of {LENGTH_PENALTY_STYLES}, got {self.style!r}"
-            )
+            raise ValueError(f"style: expected one of {LENGTH_PENALTY_STYLES}, got {self.style!r}")
 
     def __call__(self, length: int | float | Tensor) -> float | Tensor:
         """The divisor for a hypothesis of ``length`` tokens (eos included)."""

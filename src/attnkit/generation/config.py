@@ -33,14 +33,18 @@ class GenerationConfig:
 
     def __post_init__(self) -> None:
         if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens: expected an integer >= 1, got {self.max_new_tokens!r}")
+            raise ValueError(
+                f"max_new_tokens: expected an integer >= 1, got {self.max_new_tokens!r}"
+            )
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
             raise ValueError(f"temperature: expected a finite number >= 0 (0 = greedy), got {t!r}")
         if not _is_int(self.top_k) or self.top_k < 0:
             raise ValueError(f"top_k: expected an integer >= 0 (0 = off), got {self.top_k!r}")
-        if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not (
-            0 < self.top_p <= 1
+        if (
+            isinstance(self.top_p, bool)
+            or not isinstance(self.top_p, (int, float))
+            or not (0 < self.top_p <= 1)
         ):
             raise ValueError(f"top_p: expected 0 < top_p <= 1 (1 = off), got {self.top_p!r}")
         if t == 0 and (self.top_k or self.top_p < 1):
@@ -50,7 +54,9 @@ class GenerationConfig:
             )
         r = self.repetition_penalty
         if isinstance(r, bool) or not isinstance(r, (int, float)) or not (0 < r < math.inf):
-            raise ValueError(f"repetition_penalty: expected a finite number > 0 (1 = off), got {r!r}")
+            raise ValueError(
+                f"repetition_penalty: expected a finite number > 0 (1 = off), got {r!r}"
+            )
         if self.eos_ids is not None:
             object.__setattr__(self, "eos_ids", tuple(self.eos_ids))
             if not all(_is_int(i) and i >= 0 for i in self.eos_ids):

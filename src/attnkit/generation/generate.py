@@ -91,7 +91,9 @@ def pad_prompts(
     """
     if isinstance(prompts, Tensor):
         if prompts.dim() != 2 or prompts.shape[1] == 0:
-            raise ValueError(f"prompts: expected a (B, T) tensor with T >= 1, got {tuple(prompts.shape)}")
+            raise ValueError(
+                f"prompts: expected a (B, T) tensor with T >= 1, got {tuple(prompts.shape)}"
+            )
         ids = prompts.to(device=device, dtype=torch.long)
         return ids, torch.ones_like(ids, dtype=torch.bool)
     if isinstance(prompts, (str, bytes)) or not len(prompts):
@@ -244,7 +246,9 @@ def generate(
     logprobs: list[list[float]] = [[] for _ in range(n)]
     reasons = ["length"] * n
     for step in generate_steps(model, prompts, config, stop=stop):
-        for row, tok, lp, why in zip(step.rows, step.tokens, step.logprobs, step.finished, strict=True):
+        for row, tok, lp, why in zip(
+            step.rows, step.tokens, step.logprobs, step.finished, strict=True
+        ):
             tokens[row].append(tok)
             logprobs[row].append(lp)
             if why is not None:

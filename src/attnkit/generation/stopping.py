@@ -22,7 +22,9 @@ class StopStrings:
 
     def __init__(self, stop_strings: Sequence[str]) -> None:
         if isinstance(stop_strings, str):
-            raise TypeError(f"stop_strings: expected a sequence of strings, got the string {stop_strings!r}")
+            raise TypeError(
+                f"stop_strings: expected a sequence of strings, got the string {stop_strings!r}"
+            )
         for s in stop_strings:
             if not isinstance(s, str) or not s:
                 raise ValueError(f"stop_strings: expected non-empty strings, got {s!r}")

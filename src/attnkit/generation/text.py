@@ -81,7 +81,9 @@ def encode_prompts(model, tokenizer, prompts: Sequence[str]) -> list[list[int]]:
         ids = tokenizer.encode(prompt)
         if not ids:
             if bos is None:
-                raise ValueError(f"prompts[{i}]: empty, and the model has no bos_token_id to start from")
+                raise ValueError(
+                    f"prompts[{i}]: empty, and the model has no bos_token_id to start from"
+                )
             ids = [int(bos)]
         encoded.append(ids)
     return encoded
@@ -91,14 +93,18 @@ def _start(model, tokenizer, prompts: Sequence[str], config: GenerationConfig):
     """The rows' :class:`_RowText` and the steps that fill them (shared by both entry points)."""
     tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
     if tokenizer is None:
-        raise ValueError("tokenizer: None, and the model has no tokenizer (a folder without tokenizer.json)")
+        raise ValueError(
+            "tokenizer: None, and the model has no tokenizer (a folder without tokenizer.json)"
+        )
     encoded = encode_prompts(model, tokenizer, prompts)
     texts = [_RowText(tokenizer.decode, config.stop_strings, ids) for ids in encoded]
 
     def stop(step: Step) -> list[bool]:
         return [
             texts[row].add(tok, lp, why)
-            for row, tok, lp, why in zip(step.rows, step.tokens, step.logprobs, step.finished, strict=True)
+            for row, tok, lp, why in zip(
+                step.rows, step.tokens, step.logprobs, step.finished, strict=True
+            )
         ]
 
     return texts, generate_steps(model, encoded, config, stop=stop)

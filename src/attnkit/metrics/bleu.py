@@ -80,7 +80,9 @@ class BLEUScore:
             f"hyp_len = {self.sys_len:d} ref_len = {self.ref_len:d})"
         )
 
-    def format(self, width: int = 2, *, score_only: bool = False, with_signature: bool = True) -> str:
+    def format(
+        self, width: int = 2, *, score_only: bool = False, with_signature: bool = True
+    ) -> str:
         """The score line of sacreBLEU's text format.
 
         Args:
@@ -280,7 +282,11 @@ def corpus_bleu(
     """
     check_smoothing(smooth_method, smooth_value)
     stats = bleu_statistics(
-        hypotheses, references, tokenize=tokenize, lowercase=lowercase, max_ngram_order=max_ngram_order
+        hypotheses,
+        references,
+        tokenize=tokenize,
+        lowercase=lowercase,
+        max_ngram_order=max_ngram_order,
     )
     if len(stats) >= 100 and sum(h.endswith(" .") for h in hypotheses) >= 100:
         # sacreBLEU's warning: BLEU expects detokenized text and tokenizes it itself.
@@ -290,7 +296,10 @@ def corpus_bleu(
             sum(h.endswith(" .") for h in hypotheses),
         )
     score = bleu_from_statistics(
-        stats, smooth_method=smooth_method, smooth_value=smooth_value, effective_order=effective_order
+        stats,
+        smooth_method=smooth_method,
+        smooth_value=smooth_value,
+        effective_order=effective_order,
     )
     if n_bootstrap > 1:
         from attnkit.metrics.bootstrap import with_confidence
@@ -340,7 +349,9 @@ def sentence_bleu(
     if not isinstance(hypothesis, str):
         raise TypeError(f"hypothesis must be a string, got {type(hypothesis).__name__}")
     if isinstance(references, str):
-        raise TypeError("references must be a sequence of reference strings, got a single str; wrap it: [ref]")
+        raise TypeError(
+            "references must be a sequence of reference strings, got a single str; wrap it: [ref]"
+        )
     return corpus_bleu(
         [hypothesis],
         [[ref] for ref in references],

@@ -154,7 +154,11 @@ def bootstrap_ci(
     rng = np.random.default_rng(seed)
     idxs = rng.choice(len(stats), size=(n_samples, len(stats)), replace=True)
     scores = _resampled_scores(
-        stats, idxs, smooth_method=smooth_method, smooth_value=smooth_value, effective_order=effective_order
+        stats,
+        idxs,
+        smooth_method=smooth_method,
+        smooth_value=smooth_value,
+        effective_order=effective_order,
     )
     # sacreBLEU's Score.estimate_ci takes the exact mean of the statistics module.
     return _interval(scores, pystats.mean, n_samples, seed)
@@ -236,8 +240,11 @@ def paired_bootstrap(
             f"baseline has {len(baseline)} lines and system {len(system)}; a paired test "
             "needs the same, non-zero number of lines"
         )
-    smoothing = {"smooth_method": smooth_method, "smooth_value": smooth_value,
-                 "effective_order": effective_order}
+    smoothing = {
+        "smooth_method": smooth_method,
+        "smooth_value": smooth_value,
+        "effective_order": effective_order,
+    }
     bl_score = bleu_from_statistics(baseline, **smoothing)
     sys_score = bleu_from_statistics(system, **smoothing)
     rng = np.random.default_rng(seed)
@@ -248,6 +255,7 @@ def paired_bootstrap(
     sample_diffs = np.abs(sys_scores - bl_scores)
     centred = sample_diffs - sample_diffs.mean()
     p_value = (np.sum(centred > diff).item() + 1) / (n_samples + 1)
+
     # sacreBLEU's significance.estimate_ci takes numpy's mean of the sorted scores.
     def np_mean(scores: list[float]) -> float:
         return float(np.mean(np.asarray(scores)))

@@ -17,8 +17,16 @@ SMOOTH_DEFAULTS: dict[str, float | None] = {
 }
 """Smoothing methods (Chen and Cherry, WMT 2014) and the value each uses when given ``None``."""
 
-_SHORT = {"nrefs": "#", "bs": "bs", "seed": "rs", "case": "c", "eff": "e", "tok": "tok",
-          "smooth": "s", "version": "v"}
+_SHORT = {
+    "nrefs": "#",
+    "bs": "bs",
+    "seed": "rs",
+    "case": "c",
+    "eff": "e",
+    "tok": "tok",
+    "smooth": "s",
+    "version": "v",
+}
 
 
 @lru_cache(maxsize=1)
@@ -86,6 +94,4 @@ def bleu_signature(
         "smooth": smooth,
         "version": attnkit_version(),
     }
-    return "|".join(
-        f"{_SHORT[k] if short else k}:{v}" for k, v in fields.items() if v is not None
-    )
+    return "|".join(f"{_SHORT[k] if short else k}:{v}" for k, v in fields.items() if v is not None)

@@ -172,11 +172,15 @@ def _segment_row(hyp: list[str], refs: list[list[str]], max_order: int) -> Row:
 
 def _as_lines(value: object, name: str) -> list:
     if isinstance(value, str | bytes):
-        raise TypeError(f"{name} must be a sequence of strings (one per line), got a single {type(value).__name__}")
+        raise TypeError(
+            f"{name} must be a sequence of strings (one per line), got a single {type(value).__name__}"
+        )
     try:
         return list(value)  # type: ignore[call-overload]
     except TypeError:
-        raise TypeError(f"{name} must be a sequence of strings, got {type(value).__name__}") from None
+        raise TypeError(
+            f"{name} must be a sequence of strings, got {type(value).__name__}"
+        ) from None
 
 
 def _check_lines(lines: list, name: str, *, allow_none: bool) -> None:
@@ -216,11 +220,17 @@ def bleu_statistics(
             reference.
     """
     tokenizer = get_tokenizer(tokenize)
-    if isinstance(max_ngram_order, bool) or not isinstance(max_ngram_order, int) or max_ngram_order < 1:
+    if (
+        isinstance(max_ngram_order, bool)
+        or not isinstance(max_ngram_order, int)
+        or max_ngram_order < 1
+    ):
         raise ValueError(f"max_ngram_order must be an integer >= 1, got {max_ngram_order!r}")
     hyps = _as_lines(hypotheses, "hypotheses")
     _check_lines(hyps, "hypotheses", allow_none=False)
-    streams = [_as_lines(s, f"references[{k}]") for k, s in enumerate(_as_lines(references, "references"))]
+    streams = [
+        _as_lines(s, f"references[{k}]") for k, s in enumerate(_as_lines(references, "references"))
+    ]
     if not streams:
         raise ValueError("references must hold at least one reference stream, got none")
     for k, stream in enumerate(streams):
@@ -247,7 +257,9 @@ def bleu_statistics(
         for i, (hyp, *refs) in enumerate(zip(hyps, *streams, strict=True)):
             present = [prepare(r) for r in refs if r is not None]
             if not present:
-                raise ValueError(f"line {i + 1} has no reference: every reference stream holds None there")
+                raise ValueError(
+                    f"line {i + 1} has no reference: every reference stream holds None there"
+                )
             nrefs.add(len(present))
             rows.append(_segment_row(prepare(hyp), present, max_ngram_order))
     if not rows:

@@ -4,4 +4,12 @@ from attnkit.models.bert import BertModel as BertModel
 from attnkit.models.gpt import GPT, GPTCache, GPTConfig, GPTOutput
 from attnkit.models.transformer import Transformer, TransformerConfig
 
-__all__ = ["GPT", "BertModel", "GPTCache", "GPTConfig", "GPTOutput", "Transformer", "TransformerConfig"]
+__all__ = [
+    "GPT",
+    "BertModel",
+    "GPTCache",
+    "GPTConfig",
+    "GPTOutput",
+    "Transformer",
+    "TransformerConfig",
+]

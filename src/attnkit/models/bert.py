@@ -383,10 +383,11 @@ class _SkipRandomInit(TorchFunctionMode):
     }
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func in self._SKIPPED:  # nn.init passes the tensor by keyword, Tensor methods by position
+        if (
+            func in self._SKIPPED
+        ):  # nn.init passes the tensor by keyword, Tensor methods by position
             return args[0] if args else kwargs["tensor"]
         return func(*args, **(kwargs or {}))
-
 
 
 def default_model_dir() -> Path:

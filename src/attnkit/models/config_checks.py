@@ -34,7 +34,12 @@ def check_size(name: str, value: Any, *, minimum: int = 1, maximum: int = MAX_SI
 
 
 def check_number(
-    name: str, value: Any, *, low: float, high: float, low_open: bool = False,
+    name: str,
+    value: Any,
+    *,
+    low: float,
+    high: float,
+    low_open: bool = False,
     high_open: bool = False,
 ) -> None:
     """``value`` must be a finite int or float (not a bool) between ``low`` and ``high``."""

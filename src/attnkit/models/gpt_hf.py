@@ -32,7 +32,12 @@ __all__ = ["config_from_hf", "config_to_hf", "hf_key_map", "load", "save"]
 
 # Hugging Face activation_function -> attnkit activation. "gelu_new" and "gelu_pytorch_tanh"
 # are both the tanh approximation (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))).
-HF_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
+HF_ACTIVATIONS = {
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu": "gelu",
+    "relu": "relu",
+}
 TO_HF_ACTIVATION = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
 
 # GPT2Config options that change the computation; only the value given is implemented.
@@ -43,7 +48,9 @@ REQUIRED_OPTIONS = {
     "add_cross_attention": (False, "GPT is decoder-only, without cross-attention"),
 }
 # Constant buffers of old GPT-2 checkpoints (the causal mask and its fill value), not weights.
-_BUFFER_KEY = re.compile(r"^transformer\.h\.\d+\.(attn\.bias|attn\.masked_bias|crossattention\.bias)$")
+_BUFFER_KEY = re.compile(
+    r"^transformer\.h\.\d+\.(attn\.bias|attn\.masked_bias|crossattention\.bias)$"
+)
 
 
 # --------------------------------------------------------------------------- config

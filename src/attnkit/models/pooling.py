@@ -45,7 +45,9 @@ class Pooling:
     def __post_init__(self) -> None:
         bad = [m for m in self.modes if m not in MODES]
         if not self.modes or bad:
-            raise ValueError(f"pooling modes: expected one or more of {list(MODES)}, got {self.modes}")
+            raise ValueError(
+                f"pooling modes: expected one or more of {list(MODES)}, got {self.modes}"
+            )
 
     def __call__(self, hidden: Tensor, mask: Tensor, *, normalize: bool | None = None) -> Tensor:
         """Pool ``hidden`` (B, T, D) over the real tokens of ``mask`` (B, T), True = real token.
@@ -117,4 +119,3 @@ def _read_json(path: Path):
         raise FileNotFoundError(f"{path}: file not found") from None
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
-

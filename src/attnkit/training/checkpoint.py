@@ -114,7 +114,7 @@ def read_state(folder: str | os.PathLike[str]) -> dict[str, Any]:
     state = mf.read_json(path, what=f"checkpoint {mf.STATE_FILE}")
     step = state.get("step")
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"{path}: \"step\": expected a non-negative integer, got {step!r}")
+        raise ValueError(f'{path}: "step": expected a non-negative integer, got {step!r}')
     return state
 
 
@@ -143,7 +143,9 @@ def load_resume_state(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """
     path = Path(folder) / mf.RESUME_FILE
     if not path.is_file():
-        raise ValueError(f"{os.fspath(folder)!r} has no {mf.RESUME_FILE}: not a resumable checkpoint")
+        raise ValueError(
+            f"{os.fspath(folder)!r} has no {mf.RESUME_FILE}: not a resumable checkpoint"
+        )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # EOFError, UnpicklingError, RuntimeError, BadZipFile, ...

@@ -30,7 +30,11 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Adam:
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, d_model: int) -> LambdaLR:
     """The paper's warmup + inverse square root schedule, with ``cfg.cooldown`` at the end."""
     return inverse_sqrt_scheduler(
-        optimizer, d_model=d_model, warmup=cfg.warmup_steps, scale=cfg.lr_scale, cooldown=cfg.cooldown
+        optimizer,
+        d_model=d_model,
+        warmup=cfg.warmup_steps,
+        scale=cfg.lr_scale,
+        cooldown=cfg.cooldown,
     )
 
 

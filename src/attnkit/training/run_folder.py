@@ -143,4 +143,3 @@ class RunFolder:
             f"--out {os.fspath(path)!r} is not empty and is not an attnkit run (it holds "
             f"{shown}); choose a new or empty folder. Nothing in it was changed"
         )
-

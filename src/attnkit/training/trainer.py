@@ -373,7 +373,11 @@ class Trainer:
             "elapsed_sec": round(self._timer.elapsed(), 2),
         }
         self.metrics.write(record)
-        postfix = {"loss": f"{loss:.3f}", "tok/s": f"{tokens_per_sec:.0f}", "lr": f"{record['lr']:.2e}"}
+        postfix = {
+            "loss": f"{loss:.3f}",
+            "tok/s": f"{tokens_per_sec:.0f}",
+            "lr": f"{record['lr']:.2e}",
+        }
         left = self.budget.minutes_left(record["elapsed_sec"])
         if left is not None:
             postfix["min_left"] = f"{left:.1f}"

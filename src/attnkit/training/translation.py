@@ -182,8 +182,9 @@ class TranslationTask(Task):
             self.sampler.set_epoch(epoch, skip_batches=done)
             for indices in self.sampler:
                 done += 1
-                yield self.collate([self.train_pairs[i] for i in indices]), DataPosition(
-                    epoch, done, n
+                yield (
+                    self.collate([self.train_pairs[i] for i in indices]),
+                    DataPosition(epoch, done, n),
                 )
             epoch, done = epoch + 1, 0
 

@@ -35,6 +35,7 @@ def __getattr__(name: str):
         return getattr(plots, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "KINDS",
     "AttentionMaps",

@@ -35,41 +35,71 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("hypothesis", metavar="HYP", help="system output, one segment per line (- for stdin)")
     parser.add_argument(
-        "-r", "--ref", dest="refs", metavar="REF", action="append", required=True,
+        "hypothesis", metavar="HYP", help="system output, one segment per line (- for stdin)"
+    )
+    parser.add_argument(
+        "-r",
+        "--ref",
+        dest="refs",
+        metavar="REF",
+        action="append",
+        required=True,
         help="reference file, one segment per line; repeat for several references",
     )
     parser.add_argument(
-        "-tok", "--tokenize", default="13a", metavar="NAME",
+        "-tok",
+        "--tokenize",
+        default="13a",
+        metavar="NAME",
         help="tokenizer: none, 13a, intl, char or zh (default: %(default)s)",
     )
     parser.add_argument("-lc", "--lowercase", action="store_true", help="case-insensitive BLEU")
     parser.add_argument(
-        "-s", "--smooth-method", default="exp", metavar="METHOD",
+        "-s",
+        "--smooth-method",
+        default="exp",
+        metavar="METHOD",
         help="smoothing: none, floor, add-k or exp (default: %(default)s)",
     )
     parser.add_argument(
-        "-sv", "--smooth-value", type=real(0), default=None, metavar="V",
+        "-sv",
+        "--smooth-value",
+        type=real(0),
+        default=None,
+        metavar="V",
         help="value for floor (default 0.1) or add-k (default 1)",
     )
     parser.add_argument(
-        "--ci", "--confidence", dest="ci", action="store_true",
+        "--ci",
+        "--confidence",
+        dest="ci",
+        action="store_true",
         help="add a 95%% bootstrap confidence interval (sacreBLEU's --confidence)",
     )
     parser.add_argument(
-        "--ci-samples", "--confidence-n", dest="ci_samples", type=integer(2),
-        default=1000, metavar="N",
+        "--ci-samples",
+        "--confidence-n",
+        dest="ci_samples",
+        type=integer(2),
+        default=1000,
+        metavar="N",
         help="bootstrap resamples for --ci, >= 2; resamples x lines at most 2**27 (default: %(default)s)",
     )
     parser.add_argument(
-        "--seed", type=integer(0), default=12345,
+        "--seed",
+        type=integer(0),
+        default=12345,
         help="seed of the bootstrap resampling (default: %(default)s, as sacreBLEU)",
     )
     parser.add_argument("--sentence", action="store_true", help="one score per line")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the text line")
     parser.add_argument(
-        "-w", "--width", type=integer(0, 16), default=2, metavar="W",
+        "-w",
+        "--width",
+        type=integer(0, 16),
+        default=2,
+        metavar="W",
         help="decimals of the score in the text line, 0 to 16 (default: %(default)s; sacreBLEU uses 1)",
     )
 
@@ -126,13 +156,21 @@ def run(args: argparse.Namespace) -> int:
     if args.sentence:
         # Score each line from its statistics row; effective order as sacreBLEU's CLI does.
         signature = bleu_signature(
-            nrefs=stats.nrefs, tokenize=args.tokenize, lowercase=args.lowercase,
-            effective_order=True, **smoothing,
+            nrefs=stats.nrefs,
+            tokenize=args.tokenize,
+            lowercase=args.lowercase,
+            effective_order=True,
+            **smoothing,
         )
         order = stats.max_ngram_order
         for row in stats.segments:
             score = compute_bleu(
-                row[2 : 2 + order], row[2 + order :], row[0], row[1], effective_order=True, **smoothing
+                row[2 : 2 + order],
+                row[2 + order :],
+                row[0],
+                row[1],
+                effective_order=True,
+                **smoothing,
             )
             score = replace(score, signature=signature)
             if args.json:
@@ -143,7 +181,9 @@ def run(args: argparse.Namespace) -> int:
 
     score = bleu_from_statistics(stats, **smoothing)
     if args.ci:
-        score = with_confidence(score, stats, n_samples=args.ci_samples, seed=args.seed, **smoothing)
+        score = with_confidence(
+            score, stats, n_samples=args.ci_samples, seed=args.seed, **smoothing
+        )
     if args.json:
         out.write(json.dumps(_json_record(score), indent=1, ensure_ascii=False) + "\n")
     else:

@@ -66,7 +66,9 @@ def _test_set(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
         corpus = load_parallel(args.src, args.ref)
         return corpus.src, corpus.tgt, f"{args.src} -> {args.ref}"
     split = args.split or "test2016"
-    corpus = load_named_corpus("multi30k", split=split, src_lang=args.src_lang, tgt_lang=args.tgt_lang)
+    corpus = load_named_corpus(
+        "multi30k", split=split, src_lang=args.src_lang, tgt_lang=args.tgt_lang
+    )
     return corpus.src, corpus.tgt, f"multi30k {split} {args.src_lang}-{args.tgt_lang}"
 
 

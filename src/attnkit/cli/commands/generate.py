@@ -90,7 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--stop", action="append", default=[], metavar="TEXT",
         help="stop when this text appears (repeatable); the output is cut before it",
     )  # fmt: skip
-    parser.add_argument("--seed", type=integer(), default=None, help="seed for sampling (an integer)")
+    parser.add_argument(
+        "--seed", type=integer(), default=None, help="seed for sampling (an integer)"
+    )
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--stream", action="store_true", help="write text as it is generated")
     output.add_argument(
@@ -104,7 +106,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--dtype", choices=("float32", "bfloat16"), default="float32",
         help="compute dtype (default float32; weights are cast on load)",
     )  # fmt: skip
-    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
+    parser.add_argument(
+        "--device", default=None, help="cpu, cuda, ... (default: cuda if available)"
+    )
     parser.add_argument("--threads", type=threads, default=None, help="CPU threads for torch")
 
 

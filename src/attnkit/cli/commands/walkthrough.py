@@ -31,7 +31,10 @@ MAX_WORDS = 512  # the T x T weights are printed and drawn
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "sentence", nargs="?", default="The sun rises in the east", help=f"words to attend over, split on white space (1 to {MAX_WORDS})"
+        "sentence",
+        nargs="?",
+        default="The sun rises in the east",
+        help=f"words to attend over, split on white space (1 to {MAX_WORDS})",
     )
     parser.add_argument(
         "--seed", type=integer(0, 2**64 - 1), default=123,

@@ -53,8 +53,18 @@ def get_tokenizer(name: str) -> Tokenizer:
         return TOKENIZERS[name]
     except (KeyError, TypeError):
         known = ", ".join(repr(k) for k in TOKENIZERS)
-        raise ValueError(f"tokenize={name!r} is not a known tokenizer; expected one of {known}") from None
+        raise ValueError(
+            f"tokenize={name!r} is not a known tokenizer; expected one of {known}"
+        ) from None
 
 
-__all__ = ["TOKENIZERS", "Tokenizer", "get_tokenizer", "tokenize_13a", "tokenize_char",
-           "tokenize_intl", "tokenize_none", "tokenize_zh"]
+__all__ = [
+    "TOKENIZERS",
+    "Tokenizer",
+    "get_tokenizer",
+    "tokenize_13a",
+    "tokenize_char",
+    "tokenize_intl",
+    "tokenize_none",
+    "tokenize_zh",
+]

@@ -37,7 +37,14 @@ _REFERENCE_RULES = (
 # whitespace is normalised, and rules 4-6 treat one space and three spaces alike.
 _SYMBOLS = frozenset(
     chr(c)
-    for lo, hi in ((0x7B, 0x7E), (0x5B, 0x60), (0x21, 0x26), (0x28, 0x2B), (0x3A, 0x40), (0x2F, 0x2F))
+    for lo, hi in (
+        (0x7B, 0x7E),
+        (0x5B, 0x60),
+        (0x21, 0x26),
+        (0x28, 0x2B),
+        (0x3A, 0x40),
+        (0x2F, 0x2F),
+    )
     for c in range(lo, hi + 1)
 )
 _PERIOD_COMMA = re.compile(r"[.,]")
