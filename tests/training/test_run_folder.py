@@ -43,6 +43,11 @@ NOT_RUNS = [
     {".hidden": ""},
     {"best/keep.txt": "precious"},
     {"steps/step_0000001/weights.bin": "x"},
+    # Run-like names without the lock file every attnkit run leaves: not proof of a run.
+    {"config.toml": "# mine"},
+    {"train.log": "my own training notes\n"},
+    {"metrics.jsonl": '{"accuracy": 0.9}\n'},
+    {"config.toml": "[model]\n", "tokenizer.json": "{}", "train.log": "x\n"},
 ]
 
 
@@ -83,7 +88,7 @@ def test_a_run_that_stopped_before_its_first_checkpoint_is_started_over(tmp_path
     with pytest.raises((FileNotFoundError, ValueError), match=r"nope.de"):
         train(bad, folder, progress=False)
     assert folder.is_dir() and not (folder / "last").exists()
-    assert {p.name for p in folder.iterdir()} <= RUN_FILES
+    assert {p.name for p in folder.iterdir()} <= RUN_FILES and (folder / LOCK_FILE).is_file()
     (folder / "metrics.jsonl").write_text('{"step": 7, "train_loss": 1.0}\n')  # a killed run's
     result = train(fast_config("optim.max_steps=2"), folder, progress=False)
     assert result.step == 2
@@ -91,6 +96,22 @@ def test_a_run_that_stopped_before_its_first_checkpoint_is_started_over(tmp_path
         json.loads(line)["step"] for line in (folder / "metrics.jsonl").read_text().splitlines()
     ]
     assert 7 not in steps and max(steps) == 2
+
+
+def test_run_files_with_a_foreign_file_or_a_link_are_not_taken_over(tmp_path):
+    """The lock file proves a run used the folder, but only together with nothing else: a
+    user's file beside it, or a run file that is a symbolic link, is refused."""
+    for files in ({LOCK_FILE: "", "config.toml": "[model]\n", "notes.txt": "x"},
+                  {LOCK_FILE: "", "train.log": "x"}):  # fmt: skip
+        folder = make(tmp_path / f"out{len(files)}", files)
+        if "train.log" in files:
+            (tmp_path / "elsewhere.toml").write_text("# mine")
+            (folder / "config.toml").symlink_to(tmp_path / "elsewhere.toml")
+        before = snapshot(folder)
+        with pytest.raises(RunFolderError, match=r"is not empty and is not an attnkit run"):
+            RunFolder(folder).open_new()
+        assert snapshot(folder) == before
+    assert (tmp_path / "elsewhere.toml").read_text() == "# mine"
 
 
 @pytest.mark.parametrize("exists", [False, True])

@@ -3,9 +3,12 @@
 Rules (``attnkit train`` and :class:`~attnkit.training.Trainer` follow them):
 
 * A new run goes into a folder that does not exist, is empty, or holds only the files of a
-  run that stopped before its first checkpoint (nothing to resume; it starts over there). A
-  folder holding anything else is refused with a message and left exactly as it was, whether
-  it holds another run (resume it, or choose a new folder) or files attnkit did not write.
+  run that stopped before its first checkpoint (nothing to resume; it starts over there).
+  Such a folder must prove that attnkit wrote it: every run leaves its lock file
+  ``.attnkit.lock`` behind (below), so run-like names alone (a user's ``config.toml`` or
+  ``train.log``) are not taken over. A folder holding anything else is refused with a message
+  and left exactly as it was, whether it holds another run (resume it, or choose a new folder)
+  or files attnkit did not write.
 * A resume needs a folder holding a run with a ``last`` checkpoint.
 * While a run writes its folder it holds an exclusive lock on ``FOLDER/.attnkit.lock``
   (:mod:`filelock`: ``flock`` on Unix, ``LockFileEx`` on Windows). A second ``train`` or
@@ -23,14 +26,15 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from attnkit.model_folder import is_attnkit_folder
+from attnkit.model_folder import TOKENIZER_FILE, is_attnkit_folder
 from attnkit.training.checkpoint import find_checkpoint
 
 logger = logging.getLogger(__name__)
 
 LOCK_FILE = ".attnkit.lock"
-# What a run writes at its top level; a folder with only these holds a run attnkit recognises.
-RUN_FILES = frozenset({"config.toml", "metrics.jsonl", "train.log", "tokenizer.json", LOCK_FILE})
+# What a run writes at its top level before its first checkpoint; a folder with only these,
+# the lock file among them, holds a run attnkit recognises.
+RUN_FILES = frozenset({"config.toml", "metrics.jsonl", "train.log", TOKENIZER_FILE, LOCK_FILE})
 
 
 class RunFolderError(ValueError):
@@ -129,10 +133,16 @@ class RunFolder:
                 f"--out {os.fspath(path)!r} already holds a run; resume it with --resume "
                 f"{os.fspath(path)!r} or choose a new folder"
             )
-        if set(entries) <= RUN_FILES and all((path / e).is_file() for e in entries):
+        ours = (path / LOCK_FILE).is_file() and not (path / LOCK_FILE).is_symlink()
+        if (
+            ours
+            and set(entries) <= RUN_FILES
+            and all((path / e).is_file() and not (path / e).is_symlink() for e in entries)
+        ):
             # A run that stopped before its first checkpoint (e.g. on a data error): only
-            # files attnkit writes, nothing to resume. A new run may take it over unless the
-            # run is still going (then lock() refuses).
+            # files attnkit writes, beside the lock file that proves a run used the folder;
+            # nothing to resume. A new run may take it over unless the run is still going
+            # (then lock() refuses).
             if not self.locked:
                 self.lock()
                 self.unlock()
