@@ -1,4 +1,5 @@
-"""Checks shared by the commands: numeric flags, devices, output paths and text arguments.
+"""Checks shared by the commands: numeric flags, devices, output paths and text arguments;
+and :func:`write_file`, the one writer of the files the commands and plots produce.
 
 Numeric flags are checked by argparse ``type`` functions, so a bad value ends in argparse's
 usage line and ``attnkit CMD: error: argument --beam: expected an integer >= 1, got '0'``
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import stat
 from pathlib import Path
 
 STDIN = "-"
@@ -108,23 +110,31 @@ def resolve_device(name: str | None):
 def check_output_path(path: str | os.PathLike, flag: str) -> Path:
     """Check, before any work, that a file can be written at ``path``.
 
+    A symbolic link is checked (and later written) through to its target; a character device
+    or a FIFO (``/dev/null``, a named pipe) is accepted and written directly.
+
     Raises:
-        ValueError: if the path is a directory, its folder does not exist or is not a folder,
-            or the file or folder is not writable (naming ``flag`` and the path).
+        ValueError: if the path is a directory or another file that is neither a regular file,
+            a character device nor a FIFO, its folder does not exist or is not a folder, or
+            the file or folder is not writable (naming ``flag`` and the path).
     """
     out = Path(path)
     if str(path) == "":
         raise ValueError(f"{flag}: expected a file name, got an empty string")
     if out.is_dir():
         raise ValueError(f"{flag}: {str(out)!r} is a directory, expected a file name")
-    folder = out.parent
+    kind = _unwritable_kind(out)
+    if kind is not None:
+        raise ValueError(f"{flag}: {str(out)!r} is {kind}, expected a file name")
+    target = Path(os.path.realpath(out)) if out.is_symlink() else out
+    folder = target.parent
     if not folder.exists():
         raise ValueError(f"{flag}: the folder {str(folder)!r} of {str(out)!r} does not exist")
     if not folder.is_dir():
         raise ValueError(f"{flag}: {str(folder)!r} is not a folder, so {str(out)!r} cannot be made")
-    if out.exists() and not os.access(out, os.W_OK):
+    if target.exists() and not os.access(target, os.W_OK):
         raise ValueError(f"{flag}: {str(out)!r} is read-only")
-    if not out.exists() and not os.access(folder, os.W_OK | os.X_OK):
+    if not target.exists() and not os.access(folder, os.W_OK | os.X_OK):
         raise ValueError(f"{flag}: cannot create files in the read-only folder {str(folder)!r}")
     return out
 
@@ -163,17 +173,102 @@ def check_text_argument(text: str, what: str) -> str:
     return text
 
 
-def write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` whole or not at all.
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISBLK, "a block device"),
+)
 
-    The text goes to a temporary file beside ``path`` that replaces it only once complete, so
-    a full disk or an interrupt never leaves half an output behind.
-    """
-    out = Path(path)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+
+def _unwritable_kind(path: Path) -> str | None:
+    """What ``path`` (followed through symbolic links) is when no output may go there: a
+    directory, a socket, a block device or another special file; None for a regular file, a
+    character device, a FIFO or nothing."""
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, out)
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return None
+    return next((kind for test, kind in _KINDS if test(mode)), "a special file")
+
+
+def write_file(path: str | os.PathLike, data: str | bytes) -> Path:
+    """Write ``data`` (text as UTF-8) to ``path`` whole or not at all; returns ``path``.
+
+    A regular file (or a new one) is written to a temporary file in the same folder, which is
+    fsynced and then renamed over the target with ``os.replace``, so a full disk or an
+    interrupt never leaves half an output behind and the old file stays as it was; the
+    target's permission bits (and, when allowed, owner) are kept, and the folder is fsynced
+    after the rename (best effort). A symbolic link stays a link: its target is written. A
+    character device or a FIFO (``/dev/stdout``, a named pipe) is written directly: renaming
+    over it would replace the device by a file.
+
+    Raises:
+        ValueError: if ``path`` is a directory, a socket, a block device or another special
+            file (naming it).
+        OSError: if writing fails (e.g. a full disk); the error names ``path``, and no
+            temporary file is left behind.
+    """
+    given = os.fspath(path)
+    kind = _unwritable_kind(Path(given))
+    if kind is not None:
+        raise ValueError(f"{given!r} is {kind}, expected a file to write")
+    blob = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    target = Path(os.path.realpath(given))  # through symbolic links: a link stays a link
+    try:
+        old = os.stat(target)
+    except FileNotFoundError:
+        old = None
+    try:
+        if old is not None and not stat.S_ISREG(old.st_mode):  # a character device or FIFO
+            with open(target, "wb") as f:
+                f.write(blob)
+            return Path(given)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(blob)
+                f.flush()
+                os.fsync(f.fileno())
+            if old is not None:
+                _keep_mode_and_owner(tmp, old)
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+    except OSError as err:
+        if err.errno is not None and (err.filename is None or os.fspath(err.filename) != given):
+            # Name the file the user gave, not the temporary file or the resolved link.
+            raise OSError(err.errno, err.strerror or str(err), given) from err
+        raise
+    _fsync_folder(target.parent)
+    return Path(given)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` whole or not at all (see :func:`write_file`)."""
+    write_file(path, text)
+
+
+def _keep_mode_and_owner(tmp: Path, old: os.stat_result) -> None:
+    os.chmod(tmp, stat.S_IMODE(old.st_mode))
+    if hasattr(os, "chown") and (old.st_uid, old.st_gid) != (os.getuid(), os.getgid()):
+        try:
+            os.chown(tmp, old.st_uid, old.st_gid)
+        except OSError:  # only root may give a file away; the file keeps its mode anyway
+            pass
+
+
+def _fsync_folder(folder: Path) -> None:
+    """fsync a folder so that a rename in it survives a power loss (best effort: some file
+    systems and platforms cannot open or sync a folder)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
     finally:
-        tmp.unlink(missing_ok=True)
+        os.close(fd)
