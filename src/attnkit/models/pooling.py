@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnkit import model_folder
+
 MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens")  # sentence-transformers' names
 # The boolean keys of older 1_Pooling/config.json files, in sentence-transformers' order.
 _LEGACY_KEYS = {
@@ -81,13 +83,16 @@ class Pooling:
         modules_file = folder / "modules.json"
         if not modules_file.is_file():
             return cls()
-        modules = _read_json(modules_file)
+        modules = _read_modules(modules_file)
         pooling, normalize = cls(), False
         for module in modules:
             kind = str(module.get("type", "")).rsplit(".", 1)[-1]
             if kind == _POOLING:
-                config = _read_json(folder / module.get("path", "") / "config.json")
-                pooling = cls._from_config(config, folder / module.get("path", ""))
+                where = folder / module.get("path", "")
+                config = model_folder.read_json(
+                    where / "config.json", what="sentence-transformers pooling config"
+                )
+                pooling = cls._from_config(config, where)
             elif kind == _NORMALIZE:
                 normalize = True
             elif kind != _TRANSFORMER:
@@ -112,10 +117,18 @@ class Pooling:
         return cls(modes)
 
 
-def _read_json(path: Path):
+def _read_modules(path: Path) -> list[dict]:
+    """The module list of ``modules.json``, a JSON *list* of objects.
+
+    Not :func:`attnkit.model_folder.read_json`: that reads JSON objects only. The errors name
+    the file as it does.
+    """
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        modules = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: file not found") from None
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise ValueError(f"{path}: expected a JSON list of module objects [{{...}}, ...]")
+    return modules
