@@ -483,10 +483,8 @@ def test_load_pretrained_dispatches_on_the_config(tmp_path):
     bert = mf.load_pretrained(default_model_dir())
     assert bert.model_type == "bert" and isinstance(bert.model, BertModel)
     assert bert.tokenizer is bert.model.tokenizer
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
-    with pytest.raises(
-        ValueError, match=r"this is a Hugging Face GPT-2 folder; .*expected a translation or bert"
-    ):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    with pytest.raises(ValueError, match=r"not a translation or bert or gpt2 model config"):
         mf.load_pretrained(tmp_path)
     (tmp_path / "config.json").write_text("[]")
     with pytest.raises(ValueError, match=r"config.json: expected a JSON object"):
@@ -524,3 +522,47 @@ def test_unreadable_files_are_a_clear_error(tmp_path, monkeypatch):
         ValueError, match=r"model.safetensors: cannot read it \(Permission denied\)"
     ):
         mf.read_weights(tmp_path / "out")
+
+
+def test_load_pretrained_reads_a_gpt2_folder_as_gpt_from_pretrained_does(tmp_path):
+    """A GPT-2 folder written by Hugging Face loads as a GPT with its tokenizer, the same
+    logits as GPT.from_pretrained gives, in eval mode."""
+    from attnkit.models import GPT
+    from tests.helpers.generation import byte_bpe, tiny_gpt2_config
+    from tests.helpers.gpt import write_hf_gpt2_folder
+
+    hf = write_hf_gpt2_folder(tmp_path, tiny_gpt2_config(), byte_bpe())
+    loaded = mf.load_pretrained(tmp_path)
+    assert loaded.model_type == "gpt2" and loaded.folder == tmp_path
+    assert isinstance(loaded.model, GPT) and not loaded.model.training
+    assert loaded.tokenizer is loaded.model.tokenizer and loaded.tokenizer is not None
+    ids = torch.tensor([loaded.tokenizer.encode("the cat sat")])
+    with torch.no_grad():
+        expected = hf(ids).logits
+    torch.testing.assert_close(loaded.model(ids).logits, expected, rtol=1e-4, atol=1e-5)
+    direct = GPT.from_pretrained(tmp_path)
+    pairs = zip(direct.state_dict().values(), loaded.model.state_dict().values(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
+
+
+@pytest.mark.parametrize(
+    "config,kind",
+    [
+        ({"model": {"d_model": 8}}, "translation"),
+        ({"num_encoder_layers": 2}, "translation"),
+        ({"d_model": 8}, "translation"),  # says nothing: attnkit's top-level layout
+        ({"model_type": "bert"}, "bert"),
+        ({"model_type": "gpt2", "n_embd": 8}, "gpt2"),
+    ],
+)
+def test_model_kind_of_a_folder(tmp_path, config, kind):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert mf.model_kind(tmp_path) == kind
+
+
+def test_model_kind_refuses_kinds_attnkit_does_not_load(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    with pytest.raises(ValueError, match=r"config.json: not a translation or bert or gpt2"):
+        mf.model_kind(tmp_path)
+    with pytest.raises(ValueError, match=r"not a folder"):
+        mf.model_kind(tmp_path / "nope")

@@ -257,6 +257,9 @@ def test_detect_model_type(translation_dir, tmp_path):
 
     assert detect_model_type(minilm_dir()) == "bert"
     assert detect_model_type(translation_dir) == "translation"
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2"}', encoding="utf-8")
+    assert detect_model_type(tmp_path) == "gpt2"
+    (tmp_path / "config.json").unlink()
     with pytest.raises(ValueError, match="config.json: missing"):
         detect_model_type(tmp_path)
     with pytest.raises(ValueError, match="not a folder"):

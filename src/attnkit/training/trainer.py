@@ -37,6 +37,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from attnkit import model_folder as mf
 from attnkit.training import checkpoint as ckpt
 from attnkit.training.averaging import STEPS_DIR, step_checkpoints
 from attnkit.training.budget import Budget, Clock, RunClock
@@ -178,7 +179,7 @@ class Trainer:
             if resume_from is not None:
                 with raise_together(info):
                     saved = ckpt.read_train_config(resume_from)
-                    check_resume(saved, self.config, resume_from / "config.json")
+                    check_resume(saved, self.config, resume_from / mf.CONFIG_FILE)
             self._setup(info, threads, resume_from)
         except BaseException:
             self.close()

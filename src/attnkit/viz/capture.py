@@ -214,7 +214,7 @@ def capture_translation(
     src_ids = [*_fit(tokenizer.encode(src_text), limit, "source"), tokenizer.eos_id]
     src = torch.tensor([src_ids], dtype=torch.long, device=device)  # (1, S)
     if tgt_text is None:
-        config = DecodingConfig(beam_size=beam, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id)
+        config = DecodingConfig(beam_size=beam).with_ids(tokenizer)
         out_ids = generate(model, src, config)[0][0].tokens
     else:
         out_ids = _fit(tokenizer.encode(tgt_text), limit, "target")
@@ -303,12 +303,9 @@ def capture_gpt(model, tokenizer, text: str) -> AttentionMaps:
 
 
 def detect_model_type(folder: str | Path) -> str:
-    """``"bert"`` for a Hugging Face BERT folder, ``"translation"`` for attnkit's own.
+    """``"translation"``, ``"bert"`` or ``"gpt2"``: the kind of model folder, as
+    :func:`attnkit.model_folder.model_kind` tells it (loading:
+    :func:`attnkit.model_folder.load_pretrained`)."""
+    from attnkit.model_folder import model_kind
 
-    A ``config.json`` with ``"model_type": "bert"`` or a Bert architecture is BERT; any other
-    is read as attnkit's translation format (:func:`attnkit.model_folder.folder_kind`; loading:
-    :func:`attnkit.model_folder.load_pretrained`).
-    """
-    from attnkit.model_folder import folder_kind, read_config
-
-    return "bert" if folder_kind(read_config(folder)) == "bert" else "translation"
+    return model_kind(folder)

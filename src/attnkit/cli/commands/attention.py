@@ -102,17 +102,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def _is_gpt_folder(folder) -> bool:
-    """A Hugging Face GPT-2 folder (``"model_type": "gpt2"``)? Unreadable folders are left to
-    the loader, which names the problem."""
-    from attnkit.model_folder import folder_kind, read_config
-
-    try:
-        return folder_kind(read_config(folder)) == "gpt2"
-    except (ValueError, OSError):
-        return False
-
-
 def run(args: argparse.Namespace) -> int:
     from attnkit.model_folder import load_pretrained
     from attnkit.viz import capture_bert, capture_translation, write_html
@@ -141,14 +130,8 @@ def run(args: argparse.Namespace) -> int:
         from attnkit.models.bert import default_model_dir
 
         source = default_model_dir()
-    if source is not None and _is_gpt_folder(source):
-        from attnkit.models import GPT
-
-        model_type, model, folder = "gpt", GPT.from_pretrained(source), Path(source)
-        tokenizer = model.tokenizer
-    else:
-        model_type, model, tokenizer, folder = load_pretrained(source)
-    if model_type == "gpt":
+    model_type, model, tokenizer, folder = load_pretrained(source)
+    if model_type == "gpt2":
         if args.target is not None:
             raise ValueError("--target: only for translation models; this is a GPT model")
         maps = capture_gpt(model, tokenizer, args.text)
@@ -169,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     if suffix == ".html":
         first_head = 0 if head in (None, "all") else head
         name = "all-MiniLM-L6-v2" if args.bert else folder.resolve().name
-        label = {"bert": "BERT", "gpt": "GPT"}.get(model_type, "Translation")
+        label = {"bert": "BERT", "gpt2": "GPT"}.get(model_type, "Translation")
         title = f"{label} attention: {name}"
         write_html(maps, out, title=title, kind=kind, layer=layer, head=first_head)
     elif head in (None, "all"):
