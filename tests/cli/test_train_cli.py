@@ -95,3 +95,29 @@ def test_short_run_then_resume_with_a_larger_budget(capsys, tmp_path):
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == sorted(steps) and steps[-1] == 5
     assert "resuming run" in (out / "train.log").read_text()
+
+
+def test_a_full_disk_at_a_checkpoint_is_one_line_and_the_run_resumes(capsys, tmp_path, monkeypatch):
+    """ENOSPC while `last` is saved: one line, no traceback; the previous `last` and the
+    run stay usable (no temporary folder left, the lock released), and a resume continues."""
+    import errno
+
+    from attnkit import model_folder
+
+    out = tmp_path / "run"
+    args = ["train", "--no-progress", "--config", TINY, "--out", str(out), *FAST]
+    assert main([*args, "--max-steps", "2"]) == 0
+    capsys.readouterr()
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(model_folder, "_fsync_file", full)
+        assert main(["train", "--no-progress", "--resume", str(out), "--max-steps", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "attnkit train: error: no space left on the device" in err and "Traceback" not in err
+    assert json.loads((out / "last" / "state.json").read_text())["step"] == 2
+    assert not [p.name for p in out.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
+    assert main(["train", "--no-progress", "--resume", str(out), "--max-steps", "4"]) == 0
+    assert json.loads((out / "last" / "state.json").read_text())["step"] == 4

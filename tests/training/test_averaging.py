@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from attnkit.cli import main
 from attnkit.training.averaging import average_checkpoints, step_checkpoints
 from attnkit.training.trainer import train
 from tests.helpers.training import ROOT, fast_config, subprocess_env
@@ -191,8 +193,6 @@ def test_a_recovered_old_step_checkpoint_is_averaged(run_dir, tmp_path):
 
 
 def test_cli_refusals_are_one_line_and_leave_everything(run_dir, tmp_path, capsys):
-    from attnkit.cli import main
-
     before = _snapshot(run_dir)
     _theses(tmp_path / "theses")
     for out, message in [
@@ -206,5 +206,70 @@ def test_cli_refusals_are_one_line_and_leave_everything(run_dir, tmp_path, capsy
         assert f"attnkit average: error: --out '{out}': {message}" in err, err
     assert (tmp_path / "theses" / "thesis.tex").read_text() == "precious"
     assert _snapshot(run_dir) == before
-    assert main(["average", str(run_dir), "--last", "0"]) == 2
-    assert "--last: expected a positive number, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "1.5", "x", "", "nan"])
+def test_last_is_a_checked_positive_integer(run_dir, capsys, value):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["average", str(run_dir), f"--last={value}"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert (
+        f"attnkit average: error: argument --last: expected an integer >= 1, got {value!r}" in err
+    )
+
+
+# --------------------------------------------------------------------------- a full disk
+
+
+@pytest.mark.parametrize("where", ["fsync", "rename"])
+def test_a_full_disk_leaves_an_earlier_average_and_no_temporary_folder(
+    run_dir, tmp_path, monkeypatch, capsys, where
+):
+    """ENOSPC while the files are flushed (fsync) or the folder is put in place (rename):
+    one line naming the output and the full disk, the earlier average as it was."""
+    from attnkit import model_folder
+
+    out = average_checkpoints(step_checkpoints(run_dir)[-1:], tmp_path / "avg", run=run_dir)
+    before, run_before = _snapshot(tmp_path), _snapshot(run_dir)
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    if where == "fsync":
+        monkeypatch.setattr(model_folder, "_fsync_file", full)
+    else:
+        rename = os.rename
+        monkeypatch.setattr(
+            os, "rename", lambda a, b: full() if ".tmp-" in os.fspath(a) else rename(a, b)
+        )
+    assert main(["average", str(run_dir), "--last", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnkit average: error: ") and err.count("\n") == 1, err
+    assert str(out) in err and ("no space left" in err or "No space left" in err), err
+    assert _snapshot(tmp_path) == before and _snapshot(run_dir) == run_before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["avg"]  # no avg.tmp-*, avg.old-*
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="model_folder.write_weights lets safetensors' own error for a full disk "
+    "(SafetensorError, not an OSError) through, so the command line shows a traceback; "
+    "it should become an OSError naming the file (model_folder.py is not this test's module)",
+)
+def test_a_full_disk_inside_safetensors_is_one_line(run_dir, tmp_path, monkeypatch, capsys):
+    """What safetensors raises when the disk fills while it writes (its Rust I/O error)."""
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    def full(*args, **kwargs):
+        raise SafetensorError(
+            "Error while serializing: I/O error: No space left on device (os error 28)"
+        )
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    out = tmp_path / "avg"
+    assert main(["average", str(run_dir), "--last", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "no space left on the device" in err and str(out) in err
+    assert not out.exists() and not list(tmp_path.iterdir())

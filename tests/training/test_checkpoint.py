@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 
 import pytest
@@ -94,6 +95,37 @@ def test_a_failed_write_leaves_the_previous_checkpoint(tmp_path, tokenizer, monk
     with pytest.raises(OSError, match="disk full"):
         save(tmp_path / "last", model, config, tokenizer, 2)
     assert ckpt.find_checkpoint(tmp_path / "last") == tmp_path / "last"
+    assert ckpt.read_state(tmp_path / "last")["step"] == 1
+
+
+@pytest.mark.parametrize("where", ["fsync", "rename"])
+def test_a_full_disk_leaves_the_previous_checkpoint_and_no_temporary_folder(
+    tmp_path, tokenizer, monkeypatch, where
+):
+    """ENOSPC while the new checkpoint's files are flushed, or while it is renamed into
+    place: the previous ``last`` is untouched, no ``last.tmp-*`` / ``last.old-*`` remains."""
+    from attnkit import model_folder
+
+    model, config = make(tokenizer)
+    save(tmp_path / "last", model, config, tokenizer, 1, resume={"rng": torch.arange(3)})
+    before = {p.name: p.read_bytes() for p in (tmp_path / "last").iterdir()}
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    if where == "fsync":
+        monkeypatch.setattr(model_folder, "_fsync_file", full)
+        expected = pytest.raises(OSError, match="No space left on device")
+    else:
+        rename = os.rename
+        monkeypatch.setattr(
+            os, "rename", lambda a, b: full() if ".tmp-" in os.fspath(a) else rename(a, b)
+        )
+        expected = pytest.raises(ValueError, match=r"'.*last': cannot replace it .*No space")
+    with expected:
+        save(tmp_path / "last", model, config, tokenizer, 2, resume={"rng": torch.arange(4)})
+    assert {p.name: p.read_bytes() for p in (tmp_path / "last").iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last"]
     assert ckpt.read_state(tmp_path / "last")["step"] == 1
 
 

@@ -114,6 +114,8 @@ def average_checkpoints(
     Raises:
         ValueError: If ``folders`` is empty, the checkpoints do not share one model config, or
             ``out`` may not be written; checked before anything is written.
+        OSError: If writing fails (e.g. a full disk), naming ``out``; an earlier ``out`` is
+            left as it was and no temporary folder remains.
     """
     if not folders:
         raise ValueError("average_checkpoints: no checkpoints to average")
@@ -134,7 +136,14 @@ def average_checkpoints(
             t.copy_(total[name] / len(folders))
     state = ckpt.read_state(folders[-1])
     state[AVERAGED_KEY] = [os.fspath(f) for f in folders]
-    return ckpt.save_checkpoint(out, model=model, config=config, tokenizer=tokenizer, state=state)
+    try:
+        return ckpt.save_checkpoint(
+            out, model=model, config=config, tokenizer=tokenizer, state=state
+        )
+    except OSError as err:  # e.g. a full disk: name the output, which stays as it was
+        if err.filename is None and err.errno is not None:
+            raise OSError(err.errno, err.strerror, os.fspath(out)) from err
+        raise
 
 
 def average_run(

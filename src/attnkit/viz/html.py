@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from attnkit.cli.options import write_file
 from attnkit.viz.capture import AttentionMaps
 
 __all__ = ["render_html", "write_html"]
@@ -100,7 +101,8 @@ def render_html(
 
 
 def write_html(maps: AttentionMaps, out: str | os.PathLike[str], **kwargs) -> Path:
-    """Write :func:`render_html` (same keyword arguments) to ``out``; returns the path."""
-    path = Path(out)
-    path.write_text(render_html(maps, **kwargs), encoding="utf-8")
-    return path
+    """Write :func:`render_html` (same keyword arguments) to ``out``; returns the path.
+
+    The page is written whole or not at all (:func:`~attnkit.cli.options.write_file`: a
+    temporary file, fsync, rename), so a full disk leaves an earlier page as it was."""
+    return write_file(out, render_html(maps, **kwargs))

@@ -9,12 +9,14 @@ Three pictures, each with the tokens on the axes:
 
 Figures are built with :class:`matplotlib.figure.Figure`, not ``pyplot``: nothing depends on
 (or changes) the global backend, and no window ever opens. Every function returns the figure
-and saves it when given ``out`` (the format follows the extension: .png, .svg, .pdf).
+and saves it when given ``out`` (the format follows the extension: .png, .svg, .pdf), whole
+or not at all: a full disk leaves an earlier file as it was.
 Colours run from white (0) to dark blue (the largest weight shown), with a colour bar.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import os
 from collections.abc import Sequence
@@ -22,9 +24,11 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from attnkit.cli.options import write_file
 from attnkit.extras import require
 
 # matplotlib is the `plot` extra: a clear ImportError naming it when it is missing.
+matplotlib = require("matplotlib", extra="plot", feature="attnkit.viz.plots")
 Figure = require("matplotlib.figure", extra="plot", feature="attnkit.viz.plots").Figure
 Rectangle = require("matplotlib.patches", extra="plot", feature="attnkit.viz.plots").Rectangle
 
@@ -89,8 +93,17 @@ def _vmax(w: Tensor) -> float:
 
 
 def _save(fig: Figure, out: str | os.PathLike[str] | None) -> Figure:
+    """Saves ``fig`` to ``out`` whole or not at all (rendered in memory, then written by
+    :func:`~attnkit.cli.options.write_file`: temporary file, fsync, rename)."""
     if out is not None:
-        fig.savefig(os.fspath(out), dpi=150, bbox_inches="tight")
+        name = os.fspath(out)
+        fmt = os.path.splitext(name)[1][1:].lower()
+        if not fmt:  # as savefig does: no extension means the default format, appended
+            fmt = matplotlib.rcParams["savefig.format"]
+            name = f"{name}.{fmt}"
+        image = io.BytesIO()
+        fig.savefig(image, format=fmt, dpi=150, bbox_inches="tight")
+        write_file(name, image.getvalue())
     return fig
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from attnkit.cli.options import integer
+
 NAME = "average"
 HELP = "average the weights of a run's last N kept checkpoints into a new checkpoint"
 DESCRIPTION = """\
@@ -24,7 +26,10 @@ examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", type=Path, help="a run folder written by `attnkit train`")
-    parser.add_argument("--last", type=int, default=5, help="how many newest checkpoints (5)")
+    parser.add_argument(
+        "--last", type=integer(1), default=5, metavar="N",
+        help="how many newest checkpoints, >= 1 (default 5)",
+    )  # fmt: skip
     parser.add_argument(
         "--out",
         type=Path,
