@@ -155,7 +155,9 @@ def test_no_shuffle_is_ascending_and_stable(pairs):
 
 def test_dataloader_integration(pairs):
     sampler = make(pairs)
-    loader = DataLoader(pairs, batch_sampler=sampler, collate_fn=Collator())
+    loader = DataLoader(
+        pairs, batch_sampler=sampler, collate_fn=Collator(pad_id=0, bos_id=1, eos_id=2)
+    )
     batches = list(loader)
     assert len(batches) == len(sampler)
     assert all(isinstance(b, Batch) and b.src.numel() <= MAX_TOKENS for b in batches)

@@ -6,9 +6,11 @@ import torch
 from attnkit.data.batching import TokenBatchSampler
 from attnkit.data.collate import Collator, iter_batches
 
+COLLATE = Collator(pad_id=0, bos_id=1, eos_id=2)  # ids that matter only by hand-checked layout
+
 
 def test_layout_and_padding_by_hand():
-    batch = Collator(pad_id=0, bos_id=1, eos_id=2)([([7, 8, 9], [5]), ([6], [4, 4, 4])])
+    batch = COLLATE([([7, 8, 9], [5]), ([6], [4, 4, 4])])
     torch.testing.assert_close(batch.src, torch.tensor([[7, 8, 9, 2], [6, 2, 0, 0]]))
     torch.testing.assert_close(batch.tgt_in, torch.tensor([[1, 5, 0, 0], [1, 4, 4, 4]]))
     torch.testing.assert_close(batch.tgt_out, torch.tensor([[5, 2, 0, 0], [4, 4, 4, 2]]))
@@ -31,8 +33,20 @@ def test_for_tokenizer_reads_ids(small_tokenizer):
     assert Collator.for_tokenizer(small_tokenizer) == Collator(pad_id=0, bos_id=1, eos_id=2)
 
 
+def test_special_ids_are_required_keywords():
+    """No default ids: a collator without its tokenizer's ids cannot be built."""
+    with pytest.raises(TypeError, match="pad_id"):
+        Collator()
+    with pytest.raises(TypeError):
+        Collator(0, 1, 2)
+    for name, bad in (("pad_id", -1), ("bos_id", 1.0), ("eos_id", True)):
+        ids = {"pad_id": 0, "bos_id": 1, "eos_id": 2, name: bad}
+        with pytest.raises(ValueError, match=rf"{name}: expected an id >= 0, got {bad!r}"):
+            Collator(**ids)
+
+
 def test_to_moves_every_tensor():
-    batch = Collator()([([4, 5], [6])], indices=[0])
+    batch = COLLATE([([4, 5], [6])], indices=[0])
     moved = batch.to("meta")
     for name in ("src", "tgt_in", "tgt_out", "indices"):
         assert getattr(moved, name).device.type == "meta"
@@ -44,7 +58,7 @@ def test_iter_batches_restores_corpus_order():
     pairs = [([4] * n, [5] * (n % 7)) for n in range(50)]
     sampler = TokenBatchSampler(pairs, max_tokens=64, max_len=60, seed=1)
     rows = {}
-    for batch in iter_batches(pairs, sampler, Collator()):
+    for batch in iter_batches(pairs, sampler, COLLATE):
         for row, index in enumerate(batch.indices.tolist()):
             rows[index] = int((batch.src[row] == 4).sum())
     assert rows == {i: i for i in range(50)}
@@ -52,6 +66,6 @@ def test_iter_batches_restores_corpus_order():
 
 def test_bad_input():
     with pytest.raises(ValueError, match="pairs is empty"):
-        Collator()([])
+        COLLATE([])
     with pytest.raises(ValueError, match="indices has 2 entries but pairs has 1"):
-        Collator()([([4], [4])], indices=[0, 1])
+        COLLATE([([4], [4])], indices=[0, 1])

@@ -21,7 +21,8 @@ seen.
 Typical use::
 
     sampler = TokenBatchSampler(pairs, max_tokens=4096, max_len=128, seed=0)
-    loader = DataLoader(pairs, batch_sampler=sampler, collate_fn=Collator())
+    loader = DataLoader(pairs, batch_sampler=sampler,
+                        collate_fn=Collator.for_tokenizer(tokenizer))
     for epoch in range(start_epoch, epochs):
         sampler.set_epoch(epoch, skip_batches=step_in_epoch if epoch == start_epoch else 0)
         for batch in loader: ...

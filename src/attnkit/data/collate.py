@@ -76,9 +76,12 @@ def _pad(rows: list[list[int]], pad_id: int) -> torch.Tensor:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Collator:
     """Turns a list of encoded pairs into a `Batch`; picklable for DataLoader workers.
+
+    The special ids have no defaults: they are the tokenizer's (:meth:`for_tokenizer`), never
+    assumed.
 
     Attributes:
         pad_id: Padding id.
@@ -86,9 +89,15 @@ class Collator:
         eos_id: Id appended to the source and to the decoder target.
     """
 
-    pad_id: int = 0
-    bos_id: int = 1
-    eos_id: int = 2
+    pad_id: int
+    bos_id: int
+    eos_id: int
+
+    def __post_init__(self) -> None:
+        for name in ("pad_id", "bos_id", "eos_id"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name}: expected an id >= 0, got {value!r}")
 
     @classmethod
     def for_tokenizer(cls, tokenizer) -> Collator:

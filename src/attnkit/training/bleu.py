@@ -33,7 +33,7 @@ def bleu_eval_hook(
     from attnkit.decoding import DecodingConfig, Translator
     from attnkit.metrics import corpus_bleu
 
-    config = DecodingConfig(beam_size=beam_size, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id)
+    config = DecodingConfig(beam_size=beam_size).with_ids(tokenizer)
 
     def hook(model) -> dict[str, float]:
         start = time.perf_counter()
