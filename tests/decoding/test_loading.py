@@ -119,7 +119,7 @@ def test_shipped_model_location():
             b'{"model_type": "bert", "hidden_size": 8}',
             r"this is a Hugging Face BERT folder; use `attnkit embed --model DIR`",
         ),
-        (b'{"model_type": "gpt2"}', r"this is a Hugging Face GPT-2 folder"),
+        (b'{"model_type": "gpt2"}', r"this is a GPT-2 folder"),
     ],
 )
 def test_config_json_of_the_wrong_shape_is_named(tmp_path, model, tokenizer, content, message):

@@ -314,7 +314,7 @@ def _tiny_copy(tiny_hf_dir, tmp_path):
             b'{"model": {"d_model": 16}}',
             r"this is an attnkit translation model folder; use `attnkit translate",
         ),
-        (b'{"model_type": "gpt2"}', r"this is a (Hugging Face )?GPT-2 folder"),
+        (b'{"model_type": "gpt2"}', r"this is a GPT-2 folder"),
     ],
 )
 def test_config_json_of_the_wrong_shape_or_kind(tiny_hf_dir, tmp_path, content, message):

@@ -6,27 +6,18 @@
     translator = Translator(model, tokenizer, DecodingConfig(beam_size=5), batch_tokens=4000)
     translator.translate(["Ein Hund rennt."]).translations
 
-Modules: :mod:`~attnkit.decoding.search` (the pure beam step, length penalties),
-:mod:`~attnkit.decoding.generate` (prefill / decode_one_token / greedy and beam search),
+Modules, in the order a sentence meets them:
+:mod:`~attnkit.decoding.config` (``DecodingConfig``: beam, lengths, special ids, bounds),
+:mod:`~attnkit.decoding.state` (``prefill`` / ``decode_one_token`` and the state between steps),
+:mod:`~attnkit.decoding.search` (the pure beam step, length penalties),
+:mod:`~attnkit.decoding.generate` (greedy and beam search, ``generate``),
+:mod:`~attnkit.decoding.memory_bound` (what a search allocates; refused before it cannot fit),
 :mod:`~attnkit.decoding.translate` (text, batching by tokens),
 :mod:`~attnkit.decoding.loading` (``config.json`` + ``model.safetensors`` + ``tokenizer.json``).
 """
 
-from attnkit.decoding.generate import (
-    MAX_BEAM_SIZE,
-    DecoderState,
-    DecodingConfig,
-    Hypothesis,
-    available_memory,
-    beam_search,
-    check_decoding_memory,
-    decode_one_token,
-    decoding_memory,
-    generate,
-    greedy_search,
-    max_lengths,
-    prefill,
-)
+from attnkit.decoding.config import MAX_BEAM_SIZE, DecodingConfig
+from attnkit.decoding.generate import Hypothesis, beam_search, generate, greedy_search, max_lengths
 from attnkit.decoding.loading import (
     TranslationModel,
     load_translation_model,
@@ -34,7 +25,9 @@ from attnkit.decoding.loading import (
     save_translation_model,
     shipped_model_dir,
 )
+from attnkit.decoding.memory_bound import available_memory, check_decoding_memory, decoding_memory
 from attnkit.decoding.search import BeamSearch, LengthPenalty
+from attnkit.decoding.state import DecoderState, decode_one_token, prefill
 from attnkit.decoding.translate import (
     TranslationOutput,
     Translator,

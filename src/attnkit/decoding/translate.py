@@ -20,13 +20,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnkit.decoding.generate import (
-    DecodingConfig,
-    available_memory,
-    decoding_memory,
-    generate,
-    max_lengths,
-)
+from attnkit.decoding.config import DecodingConfig
+from attnkit.decoding.generate import generate, max_lengths
+from attnkit.decoding.memory_bound import available_memory, decoding_memory
 
 logger = logging.getLogger(__name__)
 

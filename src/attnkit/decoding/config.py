@@ -1,0 +1,124 @@
+"""How to search: :class:`DecodingConfig`, its bounds and the special ids it decodes with.
+
+Lengths count generated tokens without bos and eos. The bounds are checked when a config is
+made: beams above :data:`MAX_BEAM_SIZE`, non-finite or negative length settings and non-finite
+length penalties are refused with a ValueError naming the field. The memory a search needs is
+bounded separately, for a given model and batch (:mod:`attnkit.decoding.memory_bound`).
+
+Special ids come from the tokenizer: ``bos_id`` / ``eos_id`` left None are filled by
+:meth:`DecodingConfig.with_ids` (:class:`~attnkit.decoding.Translator` calls it), and only a
+search run directly on ids falls back to :data:`DEFAULT_BOS_ID` / :data:`DEFAULT_EOS_ID`, the
+fixed ids of attnkit's :class:`~attnkit.data.SubwordTokenizer`, read from that class.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from attnkit.data.tokenizer import SubwordTokenizer
+from attnkit.decoding.search import LENGTH_PENALTY_STYLES, LengthPenalty
+
+DEFAULT_BOS_ID = SubwordTokenizer.bos_id  # the ids of attnkit's tokenizer, used when a
+DEFAULT_EOS_ID = SubwordTokenizer.eos_id  # DecodingConfig leaves bos_id/eos_id unset
+
+__all__ = ["DEFAULT_BOS_ID", "DEFAULT_EOS_ID", "MAX_BEAM_SIZE", "DecodingConfig"]
+
+
+MAX_BEAM_SIZE = 1024
+"""The largest beam :class:`DecodingConfig` accepts. Quality stops improving long before (beams
+of 4-10 are usual, and larger beams favour short outputs); the memory check of
+:func:`~attnkit.decoding.memory_bound.check_decoding_memory` is the bound that matters for a
+given model and batch."""
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class DecodingConfig:
+    """How to search. Lengths count generated tokens without bos and eos.
+
+    ``bos_id`` / ``eos_id`` None (the default) means "the tokenizer's":
+    :class:`~attnkit.decoding.Translator` fills them from its tokenizer (:meth:`with_ids`), and
+    :func:`~attnkit.decoding.generate` called directly on ids uses :data:`DEFAULT_BOS_ID` /
+    :data:`DEFAULT_EOS_ID`, the fixed ids of attnkit's :class:`~attnkit.data.SubwordTokenizer`.
+    """
+
+    beam_size: int = 5  # 1 = greedy search; 1 <= beam_size <= MAX_BEAM_SIZE (and memory)
+    max_len_a: float = 1.2  # a sentence stops after max_len_a * src_len + max_len_b tokens
+    max_len_b: int = 10  # (src_len without eos/pad; capped by the model's max_len - 1)
+    min_len: int = 1  # eos is forbidden before this many tokens (capped like the limit)
+    lenpen: float = 1.0  # length penalty exponent alpha; 0 = rank by summed log-prob
+    lenpen_style: str = "fairseq"  # "fairseq": len**alpha, "gnmt": ((5 + len) / 6)**alpha
+    n_best: int = 1  # hypotheses returned per sentence (<= beam_size)
+    use_cache: bool = True  # False: recompute the whole prefix at every step
+    bos_id: int | None = None  # None: the tokenizer's (see the class docstring)
+    eos_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.beam_size) or self.beam_size < 1:
+            raise ValueError(f"beam_size: expected an integer >= 1, got {self.beam_size!r}")
+        if self.beam_size > MAX_BEAM_SIZE:
+            raise ValueError(
+                f"beam_size: expected at most MAX_BEAM_SIZE={MAX_BEAM_SIZE}, got {self.beam_size} "
+                "(beams of 4-10 are usual)"
+            )
+        for name in ("max_len_a", "max_len_b"):
+            value = getattr(self, name)
+            if not _is_real(value) or not math.isfinite(value) or value < 0:
+                raise ValueError(
+                    f"max_len_a, max_len_b: expected >= 0 and finite, got {name}={value!r}"
+                )
+        if not _is_int(self.max_len_b):
+            raise ValueError(f"max_len_b: expected an integer >= 0, got {self.max_len_b!r}")
+        if not _is_int(self.min_len) or self.min_len < 0:
+            raise ValueError(f"min_len: expected an integer >= 0, got {self.min_len!r}")
+        if not _is_real(self.lenpen) or not math.isfinite(self.lenpen):
+            raise ValueError(f"lenpen: expected a finite number, got {self.lenpen!r}")
+        if self.lenpen_style not in LENGTH_PENALTY_STYLES:
+            raise ValueError(
+                f"lenpen_style: expected one of {LENGTH_PENALTY_STYLES}, got {self.lenpen_style!r}"
+            )
+        if not _is_int(self.n_best) or not 1 <= self.n_best <= self.beam_size:
+            raise ValueError(
+                f"n_best: expected 1 <= n_best <= beam_size={self.beam_size}, got {self.n_best!r}"
+            )
+        for name in ("bos_id", "eos_id"):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or value < 0):
+                raise ValueError(f"{name}: expected None or an id >= 0, got {value!r}")
+
+    @property
+    def length_penalty(self) -> LengthPenalty:
+        return LengthPenalty(self.lenpen_style, self.lenpen)
+
+    @property
+    def bos(self) -> int:
+        """The bos id in use: ``bos_id``, or attnkit's tokenizer's when None."""
+        return DEFAULT_BOS_ID if self.bos_id is None else self.bos_id
+
+    @property
+    def eos(self) -> int:
+        """The eos id in use: ``eos_id``, or attnkit's tokenizer's when None."""
+        return DEFAULT_EOS_ID if self.eos_id is None else self.eos_id
+
+    def with_ids(self, tokenizer) -> DecodingConfig:
+        """This config with the bos and eos ids of ``tokenizer``.
+
+        Raises:
+            ValueError: if the config names other ids than the tokenizer's.
+        """
+        for name in ("bos_id", "eos_id"):
+            mine, theirs = getattr(self, name), getattr(tokenizer, name)
+            if mine is not None and mine != theirs:
+                raise ValueError(
+                    f"{name}: the config says {mine} but the tokenizer's is {theirs}; leave "
+                    f"{name} unset to use the tokenizer's"
+                )
+        return replace(self, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id)
