@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from attnkit.cli import build_parser, main
-from attnkit.cli.options import integer, real
+from attnkit.cli.options import MAX_BATCH_SIZE, integer, real
 
 walkthrough_cmd = importlib.import_module("attnkit.cli.commands.walkthrough")
 
@@ -142,17 +142,65 @@ def test_types_accept():
     assert real(0)("1e30") == 1e30 and real()("-2.5") == -2.5 and not math.isnan(real()("0"))
 
 
-MY_COMMANDS = ("translate", "evaluate", "embed", "walkthrough", "bleu", "attention")
+MY_COMMANDS = (
+    "translate",
+    "evaluate",
+    "embed",
+    "walkthrough",
+    "bleu",
+    "attention",
+    "average",
+    "train",
+    "generate",
+)
+
+
+# Numeric flags parsed as int/float and then checked against the bounds their config field
+# has (train's budgets, attnkit.training.limits); test_train_budget_flags_are_checked proves it.
+CHECKED_AFTER_PARSING = {("train", "--max-steps"), ("train", "--max-minutes")}
 
 
 def test_every_numeric_flag_is_checked():
     """No bare int/float type is left in these commands: each numeric flag goes through a
-    checked type, so nan, inf and out-of-range values are refused with a message."""
+    checked type (or the config's own bounds, CHECKED_AFTER_PARSING), so nan, inf and
+    out-of-range values are refused with a message."""
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for name in MY_COMMANDS:
         for action in sub.choices[name]._actions:
+            if (name, action.option_strings[0] if action.option_strings else "") in (
+                CHECKED_AFTER_PARSING
+            ):
+                continue
             assert action.type not in (int, float), (name, action.option_strings)
+
+
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--max-steps", "-1", "--max-steps -1: expected an integer from 0 to 10,000,000,000"),
+        ("--max-steps", "1" + "0" * 20, "expected an integer from 0 to 10,000,000,000"),
+        ("--max-steps", "1.5", "argument --max-steps: invalid int value: '1.5'"),
+        ("--max-minutes", "nan", "--max-minutes nan: expected a number in [0.0, 10000000.0]"),
+        ("--max-minutes", "inf", "--max-minutes inf: expected a number in [0.0, 10000000.0]"),
+        ("--max-minutes", "1e400", "--max-minutes inf: expected a number in [0.0, 10000000.0]"),
+        ("--max-minutes", "-1", "--max-minutes -1.0: expected a number in [0.0, 10000000.0]"),
+        ("--max-minutes", "x", "argument --max-minutes: invalid float value: 'x'"),
+    ],
+)
+def test_train_budget_flags_are_checked(tmp_path, capsys, flag, value, message):
+    from pathlib import Path
+
+    config = Path(__file__).resolve().parents[2] / "configs" / "tiny_copy.toml"
+    out = tmp_path / "run"
+    try:
+        status = main(["train", "--config", str(config), "--out", str(out), f"{flag}={value}"])
+    except SystemExit as exit_info:  # argparse's own refusal
+        status = exit_info.code
+    assert status == 2
+    err = capsys.readouterr().err
+    assert "attnkit train: error: " in err and message in err and "Traceback" not in err, err
+    assert not out.exists()  # refused before the run folder is made
 
 
 @pytest.mark.parametrize("command", MY_COMMANDS)
@@ -263,4 +311,33 @@ def test_embed_bad_arguments(monkeypatch, capsys):
     assert "TEXT: give at least one text" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["embed", "--batch-size", "0", "x"])
-    assert "argument --batch-size: expected an integer >= 1, got '0'" in capsys.readouterr().err
+    assert "argument --batch-size: expected a batch size from 1 to 1024, got '0'" in (
+        capsys.readouterr().err
+    )
+
+
+# --------------------------------------------------------------------------- bounds
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "1025", "1000000", "1e3", "nan", "inf", "2.5"])
+@pytest.mark.parametrize("command", ["embed", "generate"])
+def test_batch_size_is_bounded(command, value, monkeypatch, capsys):
+    """--batch-size goes from 1 to MAX_BATCH_SIZE, refused by argparse before any model
+    is loaded, as translate's --beam is bounded."""
+    from attnkit.models import bert, gpt
+
+    for module, name in ((bert.BertModel, "from_pretrained"), (gpt.GPT, "from_pretrained")):
+        monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail("loaded a model"))
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--batch-size", value, "some text"])
+    assert exit_info.value.code == 2
+    assert (
+        f"attnkit {command}: error: argument --batch-size: expected a batch size from 1 to "
+        f"{MAX_BATCH_SIZE}, got {value!r}"
+    ) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["embed", "generate"])
+def test_the_largest_batch_size_is_accepted(command):
+    args = build_parser().parse_args([command, "--batch-size", str(MAX_BATCH_SIZE), "text"])
+    assert args.batch_size == MAX_BATCH_SIZE

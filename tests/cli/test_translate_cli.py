@@ -305,16 +305,22 @@ def test_full_disk_on_standard_output(model_dir, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("device", ["tpu", "cuda:7", "cuda", "meta", "cpu:3", "", "gpu0", "mps"])
-def test_unknown_device(model_dir, monkeypatch, capsys, device):
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+def test_unknown_device(model_dir, monkeypatch, tmp_path, capsys, command, device):
     import torch
 
     if torch.cuda.is_available() and device == "cuda":
         pytest.skip("this machine has CUDA")  # never the case on attnkit's CPU machines
+    monkeypatch.setattr(loading, "load_translation_model", lambda *a, **k: pytest.fail("loaded"))
     _stdin(monkeypatch, b"Ein Hund.\n")
-    args = ["translate", "--model", str(model_dir), *FAST[:-2], "--device", device]
+    args = [command, "--model", str(model_dir), *FAST[:-2], "--device", device]
+    if command == "evaluate":
+        (tmp_path / "ref.en").write_text("A dog.\n")
+        args += ["--src", "-", "--ref", str(tmp_path / "ref.en")]
     assert main(args) == 2
-    assert capsys.readouterr().err.startswith(
-        f"attnkit translate: error: --device: {device!r} is not available here; available: cpu"
+    err = capsys.readouterr().err
+    assert err == (
+        f"attnkit {command}: error: --device: {device!r} is not available here; available: cpu\n"
     )
 
 

@@ -16,6 +16,15 @@ import stat
 from pathlib import Path
 
 STDIN = "-"
+# The most texts or prompts a command runs through the model at once (--batch-size): far
+# beyond what helps on a CPU, and a bound so that a typo (--batch-size 1000000) is refused
+# with a message instead of padding a batch that exhausts memory.
+MAX_BATCH_SIZE = 1024
+
+
+def batch_size(text: str) -> int:
+    """An argparse ``type`` for ``--batch-size``: an integer from 1 to :data:`MAX_BATCH_SIZE`."""
+    return integer(1, MAX_BATCH_SIZE, what="a batch size")(text)
 
 
 def integer(low: int | None = None, high: int | None = None, *, what: str = "an integer"):

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from attnkit.cli.options import check_text_argument, integer
+from attnkit.cli.options import MAX_BATCH_SIZE, batch_size, check_text_argument
 
 NAME = "embed"
 HELP = "sentence embeddings from a BERT / sentence-transformers folder"
@@ -43,8 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
-        "--batch-size", type=integer(1), default=32, metavar="N",
-        help="texts per forward pass, >= 1 (default 32)",
+        "--batch-size", type=batch_size, default=32, metavar="N",
+        help=f"texts per forward pass, 1 to {MAX_BATCH_SIZE} (default 32)",
     )  # fmt: skip
     parser.add_argument(
         "--no-normalize",

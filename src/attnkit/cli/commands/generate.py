@@ -7,7 +7,9 @@ import json
 import sys
 
 from attnkit.cli.options import (
+    MAX_BATCH_SIZE,
     STDIN,
+    batch_size,
     check_text_argument,
     integer,
     real,
@@ -99,8 +101,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--json", action="store_true", help="one JSON object a line: text, token ids, log-probs"
     )
     parser.add_argument(
-        "--batch-size", type=integer(1), default=8, metavar="B",
-        help="prompts generated together (default 8; changes the speed, not greedy output)",
+        "--batch-size", type=batch_size, default=8, metavar="B",
+        help=f"prompts generated together, 1 to {MAX_BATCH_SIZE} (default 8; changes the "
+        "speed, not greedy output)",
     )  # fmt: skip
     parser.add_argument(
         "--dtype", choices=("float32", "bfloat16"), default="float32",
