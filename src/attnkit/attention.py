@@ -28,6 +28,11 @@ Rows and non-finite values (the same on every backend)
   those inputs (or a NaN / +inf mask entry) propagates as IEEE arithmetic of the formula says,
   so a NaN query gives a NaN row, never a quietly zero one. The readable path implements
   exactly this; a fast result that shows NaN or inf inputs is computed again there.
+
+Why one module of about 400 lines: the input checks, the backend rule, the mask preparation and
+the readable path are one contract (the conventions above), and every backend must honour all
+of it; kept together, a change to the contract is read and made in one place. The CPU training
+kernel, which only computes, is apart in :mod:`attnkit.attention_short`.
 """
 
 from __future__ import annotations
