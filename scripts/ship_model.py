@@ -19,10 +19,15 @@ import torch
 
 from attnkit import model_folder as mf
 from attnkit.decoding import load_translation_model, save_translation_model
+from attnkit.training import run_folder
 from attnkit.training.checkpoint import find_checkpoint
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "src/attnkit/pretrained/multi30k_de_en"
-RUN_FILES = ("config.toml", "metrics.jsonl", "train.log")  # copied from the run folder
+# The run's record, copied from the run folder: what a run writes at its top level
+# (run_folder.RUN_FILES: config.toml, metrics.jsonl, train.log), less the tokenizer, which
+# save_translation_model writes, and the lock file.
+RUN_FILES = tuple(sorted(run_folder.RUN_FILES - {mf.TOKENIZER_FILE, run_folder.LOCK_FILE}))
+CHECKPOINT_STATE_FILE = "checkpoint_state.json"  # the checkpoint's state.json, renamed
 
 
 def ship(run: Path, out: Path, checkpoint: str = "best") -> Path:
@@ -37,7 +42,7 @@ def ship(run: Path, out: Path, checkpoint: str = "best") -> Path:
     model, tokenizer, _ = load_translation_model(folder)
     extra = {name: run / name for name in RUN_FILES}
     # step, metrics and (for an average) the averaged checkpoints
-    extra["checkpoint_state.json"] = folder / mf.STATE_FILE
+    extra[CHECKPOINT_STATE_FILE] = folder / mf.STATE_FILE
     return save_translation_model(out, model, tokenizer, dtype=torch.bfloat16, extra_files=extra)
 
 

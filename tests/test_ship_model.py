@@ -3,7 +3,6 @@ an --out that is not a model folder attnkit wrote is refused and left as it was.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -17,16 +16,12 @@ from attnkit.decoding import load_translation_model
 from attnkit.models import Transformer, TransformerConfig
 from attnkit.training.checkpoint import save_checkpoint
 from attnkit.training.config import TrainConfig
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.scripts import import_script
 
 
 @pytest.fixture(scope="module")
 def ship_model():
-    spec = importlib.util.spec_from_file_location("ship_model", ROOT / "scripts" / "ship_model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_script("ship_model")
 
 
 @pytest.fixture()

@@ -8,6 +8,7 @@
 * :mod:`tests.helpers.gpt`: padded id batches (left/right), a byte-level BPE tokenizer and a
   Hugging Face GPT-2 folder with random weights;
 * :mod:`tests.helpers.metrics`: sacreBLEU's results for the test corpora and comparisons;
+* :mod:`tests.helpers.scripts`: import a script of ``scripts/`` by name;
 * :mod:`tests.helpers.training`: the tiny copy-task training configs, CLI subprocesses, weights;
 * :mod:`tests.helpers.viz`: a tiny translation model folder, the MiniLM folder and a PNG check.
 
