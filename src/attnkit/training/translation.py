@@ -22,9 +22,9 @@ from attnkit.data import Batch, Collator, ParallelCorpus, SubwordTokenizer, Toke
 from attnkit.models.transformer import Transformer
 from attnkit.training import checkpoint as ckpt
 from attnkit.training.config import TrainConfig
-from attnkit.training.datasets import encode, load_text, train_tokenizer
+from attnkit.training.datasets import Pairs, encode, load_text, train_tokenizer
 from attnkit.training.distributed import raise_together
-from attnkit.training.loss import linear_cross_entropy
+from attnkit.training.sequence_loss import SequenceLoss, decoder_states
 from attnkit.training.task import (
     DataPosition,
     EvalHook,
@@ -36,37 +36,8 @@ from attnkit.training.task import (
 
 logger = logging.getLogger(__name__)
 
-
-def decoder_states(model: Transformer, src: Tensor, tgt_in: Tensor) -> Tensor:
-    """Final decoder states (B, T, d_model), before the output projection.
-
-    ``Transformer.forward`` projects every position to the vocabulary; training needs only
-    the real (non-pad) target positions, so the projection is left to the caller.
-    """
-    memory, src_mask, _ = model.encode(src)  # (B, S, d_model), (B, 1, S)
-    return model.decode(tgt_in, memory, src_mask, project=False).output  # (B, T, d_model)
-
-
-class SequenceLoss(nn.Module):
-    """Model and loss in one forward, so that DDP (and torch.compile) see one module call.
-
-    Args:
-        model: The Transformer.
-    """
-
-    def __init__(self, model: Transformer) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, epsilon: float) -> Tensor:
-        """Summed label-smoothed cross-entropy over the non-pad positions of ``tgt_out``."""
-        hidden = decoder_states(self.model, src, tgt_in)  # (B, T, d_model)
-        keep = tgt_out != self.model.config.pad_id  # (B, T)
-        # Only the N real target positions are projected; the projection and the loss are
-        # fused chunk by chunk, so the (N, V) logits are never stored.
-        return linear_cross_entropy(
-            hidden[keep], self.model.output.weight, tgt_out[keep], epsilon=epsilon
-        )  # (N, d_model) x (V, d_model) -> scalar
+# SequenceLoss and decoder_states live in attnkit.training.sequence_loss; re-exported here.
+__all__ = ["SequenceLoss", "TranslationTask", "decoder_states"]
 
 
 class TranslationTask(Task):
@@ -80,7 +51,13 @@ class TranslationTask(Task):
 
     def __init__(self, eval_hook: EvalHook | None = None) -> None:
         self.eval_hook = eval_hook
+        # Set by prepare(): the tokenizer, its collator, the encoded pairs and the batch orders.
         self.tokenizer: SubwordTokenizer | None = None
+        self.collate: Collator | None = None
+        self.train_pairs: Pairs | None = None
+        self.val_pairs: Pairs | None = None
+        self.sampler: TokenBatchSampler | None = None
+        self.val_batches: list[list[int]] = []
 
     def prepare(self, run: RunContext) -> TrainConfig:
         """Texts, tokenizer, encoded pairs, samplers; fills in the model's vocabulary size."""
@@ -123,7 +100,7 @@ class TranslationTask(Task):
             cfg.data.max_tokens,
             cfg.optim.accumulation,
         )
-        self.val_batches: list[list[int]] = []
+        self.val_batches = []
         if self.val_pairs:
             val_sampler = TokenBatchSampler(
                 self.val_pairs, max_tokens=cfg.data.max_tokens, max_len=max_len, shuffle=False
