@@ -1,8 +1,12 @@
-"""Training configuration: three dataclasses (model, data, optimisation) read from TOML.
+"""Training configuration: a task and three dataclasses (model, data, optimisation) read from
+TOML.
 
-A config file has the sections ``[model]``, ``[data]`` and ``[optim]``; every key is a field
-of :class:`~attnkit.models.TransformerConfig`, :class:`DataConfig` or :class:`OptimConfig`
-and every key may be left out (the defaults are the paper's recipe at Multi30k size)::
+A config file names its task at the top (``task = "translation"``, the default, or
+``task = "lm"``) and has the sections ``[model]``, ``[data]`` and ``[optim]``. For
+translation every key is a field of :class:`~attnkit.models.TransformerConfig`,
+:class:`DataConfig` or :class:`OptimConfig`; for a language model (``task = "lm"``) of
+:class:`~attnkit.models.GPTConfig`, :class:`LMDataConfig` or :class:`OptimConfig`. Every key
+may be left out (the translation defaults are the paper's recipe at Multi30k size)::
 
     [model]
     d_model = 256
@@ -15,13 +19,17 @@ Command-line overrides ``section.key=value`` are parsed as TOML values
 (``model.dropout=0.3``, ``optim.betas=[0.9, 0.98]``); a bare word is accepted for a string
 field (``data.corpus=copy``). Unknown sections or keys raise ``ValueError`` naming them and
 listing the known ones. The vocabulary sizes and the pad id of the model come from the
-tokenizer and cannot be set.
+tokenizer and cannot be set (for a language model: ``vocab_size``, ``bos_token_id`` and
+``eos_token_id``).
 
 Every value is checked where it is read: its type, and its range from
 :mod:`attnkit.training.limits` (so ``model.d_model=-1``, ``=0``, ``=true``, ``="64"``
 or ``=10**12`` fail at once). An error names where the value came from (the file, or the
 ``--set`` item) and the field. ``[model]`` values are checked by
-:class:`~attnkit.models.TransformerConfig`.
+:class:`~attnkit.models.TransformerConfig` or :class:`~attnkit.models.GPTConfig`.
+
+Length: a little over 400 lines because the two tasks share the reading, checking, override
+and writing code here and differ only in their section types and the keys they fix.
 """
 
 from __future__ import annotations
@@ -36,11 +44,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnkit.models.config_checks import check_choice, check_number, check_size
+from attnkit.models.gpt import GPTConfig
 from attnkit.models.transformer import TransformerConfig
+from attnkit.training import limits
 from attnkit.training.limits import TOKENIZER_MODEL_KEYS, check_range, check_section
 
 AUTOCAST_MODES = ("auto", "bf16", "fp16", "none")
 BEST_METRICS = ("auto", "val_loss", "val_bleu")
+SCHEDULES = ("inverse_sqrt", "cosine")
+TASKS = ("translation", "lm")
+LM_TOKENIZERS = ("char", "bpe")
+# A language model's [model] keys set from its tokenizer, never from a config file.
+LM_TOKENIZER_MODEL_KEYS = ("vocab_size", "bos_token_id", "eos_token_id")
 
 
 @dataclass
@@ -84,10 +100,40 @@ class DataConfig:
 
 
 @dataclass
+class LMDataConfig:
+    """Where a language model's text comes from and how it becomes windows of tokens."""
+
+    corpus: str = "shakespeare"  # shipped text corpus name, or "" (train_file / val_file)
+    train_file: str = ""  # with corpus = "": training text, UTF-8 (plain or gzipped)
+    val_file: str = ""  # with corpus = "": validation text ("" = no validation)
+    max_train_chars: int = 0  # keep only the first N characters of the training text (0 = all)
+    max_val_chars: int = 0  # keep only the first N characters of the validation text (0 = all)
+    tokenizer: str = "char"  # "char" (one token a character) or "bpe" (byte-level BPE)
+    vocab_size: int = 2048  # tokenizer = "bpe": the vocabulary, its 256 byte tokens included
+    min_frequency: int = 2  # tokenizer = "bpe": a merge needs this many occurrences
+    batch_size: int = 32  # windows per micro-batch (per rank)
+    context_length: int = 0  # tokens a window predicts; 0 = model.context_length
+    seed: int = 0  # seed of the windows' random offsets
+
+    def __post_init__(self) -> None:
+        if not self.corpus and not self.train_file:
+            raise ValueError('data: with corpus = "" train_file must name a text file')
+        check_section("data", self)  # vocab_size, min_frequency, seed
+        check_choice("data.tokenizer", self.tokenizer, LM_TOKENIZERS)
+        for name in ("max_train_chars", "max_val_chars"):
+            check_size(f"data.{name}", getattr(self, name), minimum=0, maximum=10**11)
+        check_size("data.batch_size", self.batch_size, maximum=2**16)
+        check_size("data.context_length", self.context_length, minimum=0)
+
+
+@dataclass
 class OptimConfig:
     """Optimiser, schedule, loss, budgets and run-time settings."""
 
+    schedule: str = "inverse_sqrt"  # "inverse_sqrt" (the paper's) or "cosine" (warmup, cosine)
     lr_scale: float = 1.0  # peak scale: lr = lr_scale * d_model^-0.5 * min(s^-0.5, s * w^-1.5)
+    peak_lr: float = 1e-3  # schedule = "cosine": the learning rate reached after warmup
+    min_lr: float = 1e-4  # schedule = "cosine": the learning rate at the end of the budget
     warmup_steps: int = 4000  # w in the schedule above (the paper: 4000)
     cooldown: float = 0.0  # last fraction of the budget with lr falling linearly to 0 (0 = none)
     betas: tuple[float, float] = (0.9, 0.98)  # Adam betas (the paper)
@@ -126,20 +172,73 @@ class OptimConfig:
             raise ValueError(
                 f"optim.best_metric: expected one of {list(BEST_METRICS)}, got {self.best_metric!r}"
             )
+        check_choice("optim.schedule", self.schedule, SCHEDULES)
+        check_number("optim.peak_lr", self.peak_lr, low=0.0, high=10.0, low_open=True)
+        check_number("optim.min_lr", self.min_lr, low=0.0, high=self.peak_lr)
 
 
 SECTIONS: dict[str, type] = {"model": TransformerConfig, "data": DataConfig, "optim": OptimConfig}
+LM_SECTIONS: dict[str, type] = {"model": GPTConfig, "data": LMDataConfig, "optim": OptimConfig}
+
+
+def task_sections(task: str) -> dict[str, type]:
+    """The section types of ``task`` (``"translation"`` or ``"lm"``)."""
+    check_choice("task", task, TASKS)
+    return LM_SECTIONS if task == "lm" else SECTIONS
+
+
+def tokenizer_model_keys(task: str) -> tuple[str, ...]:
+    """The ``[model]`` keys of ``task`` that come from the tokenizer."""
+    return LM_TOKENIZER_MODEL_KEYS if task == "lm" else TOKENIZER_MODEL_KEYS
 
 
 @dataclass
 class TrainConfig:
-    """Everything a training run needs: ``model``, ``data`` and ``optim`` sections."""
+    """Everything a training run needs: its ``task`` and the ``model``, ``data`` and ``optim``
+    sections (of the types :func:`task_sections` gives)."""
 
-    model: TransformerConfig = field(default_factory=TransformerConfig)
-    data: DataConfig = field(default_factory=DataConfig)
+    model: TransformerConfig | GPTConfig = field(default_factory=TransformerConfig)
+    data: DataConfig | LMDataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    task: str = "translation"
 
     def __post_init__(self) -> None:
+        sections = task_sections(self.task)
+        for name in ("model", "data"):
+            if not isinstance(getattr(self, name), sections[name]):
+                raise TypeError(
+                    f"{name}: task {self.task!r} needs a {sections[name].__name__}, got "
+                    f"{type(getattr(self, name)).__name__}"
+                )
+        if self.task == "lm":
+            self._check_lm()
+        else:
+            self._check_translation()
+
+    def _check_lm(self) -> None:
+        from attnkit.models.gpt_hf import config_to_hf
+
+        m, d = self.model, self.data
+        try:  # checkpoints are GPT-2 folders: learned positions, biases
+            config_to_hf(m)
+        except ValueError as err:
+            raise ValueError(f"[model]: {err}") from None
+        if self.optim.val_bleu:
+            raise ValueError("optim.val_bleu=true: BLEU is for translation, not task = 'lm'")
+        if d.tokenizer == "bpe":
+            try:  # the model at the vocabulary the tokenizer will have
+                dataclasses.replace(
+                    m, vocab_size=d.vocab_size, bos_token_id=None, eos_token_id=None
+                )
+            except ValueError as err:
+                raise ValueError(f"[model] with data.vocab_size={d.vocab_size}: {err}") from None
+        if d.context_length > m.context_length:
+            raise ValueError(
+                f"data.context_length={d.context_length} exceeds model.context_length="
+                f"{m.context_length}, the longest sequence the model reads"
+            )
+
+    def _check_translation(self) -> None:
         m, d = self.model, self.data
         # The model checks its own fields; built once more at the data's vocabulary size, it
         # also refuses a vocabulary that would make it too large before a tokenizer is trained.
@@ -160,9 +259,15 @@ class TrainConfig:
                 "length would fit in no batch"
             )
 
-    def to_dict(self) -> dict[str, dict[str, Any]]:
-        """Plain nested dict (tuples as lists), the inverse of :meth:`from_dict`."""
-        out = {}
+    @property
+    def context_length(self) -> int:
+        """A language model's window: ``data.context_length``, or the model's (0)."""
+        return self.data.context_length or self.model.context_length
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (tuples as lists), the inverse of :meth:`from_dict`: ``"task"``
+        and the three sections."""
+        out: dict[str, Any] = {"task": self.task}
         for name in SECTIONS:
             values = dataclasses.asdict(getattr(self, name))
             out[name] = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
@@ -177,10 +282,11 @@ class TrainConfig:
         source: str = "config",
         origins: Mapping[str, str] | None = None,
     ) -> TrainConfig:
-        """Builds a config from ``{"model": {...}, "data": {...}, "optim": {...}}``.
+        """Builds a config from ``{"task": ..., "model": {...}, "data": {...}, "optim": {...}}``.
 
         Args:
-            raw: Sections as mappings; a missing section or key takes its default.
+            raw: The task (default ``"translation"``) and the sections as mappings; a missing
+                section or key takes its default.
             allow_tokenizer_keys: Accept ``model.src_vocab_size`` etc. (true when reading a
                 checkpoint's ``config.json``, where they were filled in from the tokenizer).
             source: Where ``raw`` came from (a file name), named in errors.
@@ -192,25 +298,32 @@ class TrainConfig:
                 out of range; the message starts with the value's source.
         """
         origins = dict(origins or {})
-        unknown = sorted(set(raw) - set(SECTIONS))
+        unknown = sorted(set(raw) - {"task", *SECTIONS})
         if unknown:
             raise ValueError(
-                f"{source}: unknown config section(s) {unknown}; known: {list(SECTIONS)}"
+                f"{source}: unknown config section(s) {unknown}; known: the key 'task' and "
+                f"the sections {list(SECTIONS)}"
             )
+        task = raw.get("task", "translation")
+        try:
+            section_types = task_sections(task)
+        except ValueError as err:
+            raise ValueError(f"{source}: {err}") from None
+        tokenizer_keys = tokenizer_model_keys(task)
         sections = {}
-        for name, section_type in SECTIONS.items():
+        for name, section_type in section_types.items():
             values = raw.get(name, {})
             if not isinstance(values, Mapping):
                 raise ValueError(f"{source}: [{name}]: expected a table of keys, got {values!r}")
             hints = _field_types(section_type)
             if name == "model" and not allow_tokenizer_keys:
-                for key in TOKENIZER_MODEL_KEYS:
+                for key in tokenizer_keys:
                     if key in values:
                         raise ValueError(
                             f"{origins.get(f'model.{key}', source)}: model.{key}: set from the "
                             "tokenizer, not in the config (use data.vocab_size for the vocabulary)"
                         )
-                hints = {k: v for k, v in hints.items() if k not in TOKENIZER_MODEL_KEYS}
+                hints = {k: v for k, v in hints.items() if k not in tokenizer_keys}
             bad = sorted(set(values) - set(hints))
             if bad:
                 raise ValueError(
@@ -228,7 +341,7 @@ class TrainConfig:
             with _named_source(source, origins, name):
                 sections[name] = section_type(**kwargs)
         with _named_source(source, origins, ""):
-            return cls(**sections)
+            return cls(**sections, task=task)
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike[str], overrides: Iterable[str] = ()) -> TrainConfig:
@@ -271,11 +384,14 @@ class TrainConfig:
 
     def to_toml(self) -> str:
         """The config as TOML text, every key written out (vocabulary sizes left out)."""
-        lines = []
+        lines = [f"task = {_toml_value(self.task)}", ""]
+        tokenizer_keys = tokenizer_model_keys(self.task)
         for name, values in self.to_dict().items():
+            if name == "task":
+                continue
             lines.append(f"[{name}]")
             for key, value in values.items():
-                if name == "model" and key in TOKENIZER_MODEL_KEYS:
+                if name == "model" and key in tokenizer_keys:
                     continue
                 if value is None:  # TOML has no null: a left-out key takes its default
                     lines.append(f"# {key} = (default)")
@@ -283,6 +399,48 @@ class TrainConfig:
                 lines.append(f"{key} = {_toml_value(value)}")
             lines.append("")
         return "\n".join(lines)
+
+
+# What a resumed language-model run may change in [model] (the dropouts) and may not change in
+# [data] (what the tokenizer and the training text were made from); every [optim] key may.
+LM_RESUME_FREE_MODEL_KEYS = frozenset({"dropout", "attn_dropout", "embed_dropout"})
+LM_RESUME_FIXED_DATA_KEYS = frozenset(
+    {"corpus", "train_file", "max_train_chars", "tokenizer", "vocab_size", "min_frequency"}
+)
+
+
+def check_resume(saved: TrainConfig, new: TrainConfig, saved_file: str | os.PathLike[str]) -> None:
+    """Raises ``ValueError`` if a resume would change what the run's weights and tokenizer
+    were made with: its task, or (:func:`attnkit.training.limits.resume_conflicts` for
+    translation) the keys that shaped them.
+
+    Args:
+        saved: The run's saved config.
+        new: The config the resumed run would use.
+        saved_file: Where ``saved`` was read, named in the message.
+    """
+    if saved.task != new.task:
+        raise ValueError(
+            f"--resume: cannot change task = {new.task!r} (the run has {saved.task!r}, "
+            f"{os.fspath(saved_file)}); start a new run to change it"
+        )
+    if new.task != "lm":
+        limits.check_resume(saved, new, saved_file)
+        return
+    conflicts = []
+    for section, keys in (
+        ("model", {f.name for f in dataclasses.fields(GPTConfig)} - LM_RESUME_FREE_MODEL_KEYS),
+        ("data", LM_RESUME_FIXED_DATA_KEYS),
+    ):
+        for key in sorted(keys - set(LM_TOKENIZER_MODEL_KEYS)):
+            old, value = getattr(getattr(saved, section), key), getattr(getattr(new, section), key)
+            if value != old:
+                conflicts.append(f"{section}.{key} = {value!r} (the run has {old!r})")
+    if conflicts:
+        raise ValueError(
+            f"--resume: cannot change {'; '.join(conflicts)}: the run's weights and tokenizer "
+            f"were made with the values in {os.fspath(saved_file)}; start a new run to change them"
+        )
 
 
 def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
@@ -297,6 +455,8 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[st
     """
     out = {name: dict(values) for name, values in raw.items() if isinstance(values, Mapping)}
     out.update({name: values for name, values in raw.items() if not isinstance(values, Mapping)})
+    task = out.get("task", "translation")
+    sections = LM_SECTIONS if task == "lm" else SECTIONS  # a bad task is from_dict's to name
     for item in overrides:
         target, sep, text = item.partition("=")
         section, dot, key = target.strip().partition(".")
@@ -306,7 +466,7 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[st
             raise ValueError(
                 f"--set {item!r}: unknown section {section!r}; known: {list(SECTIONS)}"
             )
-        hints = _field_types(SECTIONS[section])
+        hints = _field_types(sections[section])
         if key not in hints:
             raise ValueError(
                 f"--set {item!r}: unknown key {section}.{key}; known [{section}] keys: "
