@@ -1,4 +1,5 @@
-"""Parallel corpora: two aligned text files, one sentence a line.
+"""Corpora: parallel text (two aligned files, one sentence a line) and plain text for
+language models.
 
 Any corpus is read from two plain or gzip-compressed UTF-8 files where line ``i`` of the
 source file translates line ``i`` of the target file. The Multi30k German-English corpus
@@ -12,6 +13,12 @@ Files are read with :func:`attnkit.metrics.io.read_lines`, the one reader of tex
 (``"\\n"`` or ``"\\r\\n"``) is removed; every other character, including leading, trailing
 and repeated spaces, is kept so that detokenized output can be scored against the references
 exactly as they are.
+
+Plain text for a language model (:func:`read_text`, :func:`load_named_text`) is the same
+lines, each ended by ``"\\n"``. The works of Shakespeare ship with the package
+(``attnkit/data/shakespeare/``, its README says what they are)::
+
+    train = load_named_text("shakespeare", split="train")  # 38 works, 4.47 M characters
 """
 
 from __future__ import annotations
@@ -25,11 +32,15 @@ from attnkit.metrics.io import read_lines
 
 __all__ = [
     "NAMED_CORPORA",
+    "NAMED_TEXTS",
     "NamedCorpus",
+    "NamedText",
     "ParallelCorpus",
     "load_named_corpus",
+    "load_named_text",
     "load_parallel",
     "read_lines",
+    "read_text",
 ]
 
 
@@ -158,3 +169,59 @@ def load_named_corpus(
         importlib.resources.as_file(folder / f"{stem}.{tgt_lang}.gz") as tgt_path,
     ):
         return load_parallel(src_path, tgt_path)
+
+
+# --------------------------------------------------------------------------- plain text
+
+
+@dataclass(frozen=True)
+class NamedText:
+    """A plain-text corpus shipped in the package, in ``attnkit/data/<directory>/``.
+
+    Attributes:
+        directory: Folder name inside ``attnkit.data``.
+        splits: Split name -> file name (UTF-8, gzipped).
+    """
+
+    directory: str
+    splits: dict[str, str]
+
+
+NAMED_TEXTS: dict[str, NamedText] = {
+    "shakespeare": NamedText(
+        directory="shakespeare", splits={"train": "train.txt.gz", "val": "val.txt.gz"}
+    ),
+}
+
+
+def read_text(path: str | os.PathLike[str]) -> str:
+    """A UTF-8 text file (plain or gzipped; ``-`` = standard input) as one string: its lines
+    as :func:`read_lines` reads them, each ended by ``"\\n"`` (CRLF becomes LF, a byte-order
+    mark is dropped, a last line without a newline gets one).
+
+    Raises:
+        FileNotFoundError, PermissionError: as :func:`open` raises them.
+        ValueError: If the file is a directory, a damaged gzip file or not UTF-8 (naming the
+            file, the line and the byte offset).
+    """
+    return "".join(line + "\n" for line in read_lines(path))
+
+
+def load_named_text(name: str = "shakespeare", split: str = "train") -> str:
+    """The text of a split of a plain-text corpus shipped with the package.
+
+    Raises:
+        ValueError: If the corpus or split is unknown (the message lists the known ones).
+    """
+    if name not in NAMED_TEXTS:
+        raise ValueError(
+            f"name={name!r} is not a known text corpus, expected one of {sorted(NAMED_TEXTS)}"
+        )
+    spec = NAMED_TEXTS[name]
+    if split not in spec.splits:
+        raise ValueError(
+            f"split={split!r} is not a split of corpus {name!r}, expected one of {list(spec.splits)}"
+        )
+    resource = importlib.resources.files(__package__) / spec.directory / spec.splits[split]
+    with importlib.resources.as_file(resource) as path:
+        return read_text(path)
