@@ -25,12 +25,16 @@ def check_count(field: str, items: Sequence, limit: int) -> None:
         )
 
 
-def check_lengths(field: str, lengths: Sequence[int], limit: int, unit: str = "tokens") -> None:
-    """413 naming the first entry longer than ``limit``."""
+def check_lengths(
+    field: str, lengths: Sequence[int], limit: int, *, indexed: bool = True, unit: str = "tokens"
+) -> None:
+    """413 naming the first entry longer than ``limit`` (``field[i]``, or ``field`` for a
+    single text when not ``indexed``)."""
     for i, n in enumerate(lengths):
         if n > limit:
+            where = f"{field}[{i}]" if indexed else field
             raise ApiError(
-                413, f"{field}[{i}]: {n} {unit}, more than the limit of {limit} {unit} per text"
+                413, f"{where}: {n} {unit}, more than the limit of {limit} {unit} per text"
             )
 
 

@@ -99,7 +99,9 @@ class GenerateRequest(_Request):
     """The sampling settings of `attnkit generate`."""
 
     prompt: str = Field(description="text to continue", examples=["Once upon a time"])
-    max_new_tokens: int = Field(64, ge=1, description="tokens to generate at most")
+    max_new_tokens: int | None = Field(
+        None, ge=1, description="tokens to generate at most (default 64, or the server's limit)"
+    )
     temperature: float | None = Field(
         None, ge=0, description="0 = greedy (the default); > 0 = sample (1 if top_k/top_p given)"
     )

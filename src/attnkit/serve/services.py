@@ -40,6 +40,7 @@ __all__ = [
     "queue_full",
 ]
 
+DEFAULT_NEW_TOKENS = 64  # max_new_tokens of a request that does not say (`attnkit generate`'s)
 WEIGHT_DECIMALS = 4  # attention weights are answered rounded to this many decimals
 _START_FLAGS = {
     "translation": "--translation-model DIR (an attnkit translation folder)",
@@ -130,7 +131,7 @@ class TranslationService(_Batched):
         check_range("beam", beam, 1, self.settings.max_beam, "the server's max_beam")
 
     def encode(
-        self, texts: Sequence[str], field: str = "texts"
+        self, texts: Sequence[str], field: str = "texts", *, indexed: bool = True
     ) -> tuple[list[list[int]], list[int]]:
         """Source ids (eos-terminated) of the texts that are not empty once normalised, and
         their indices; 413 naming the first text over the token limit."""
@@ -144,7 +145,7 @@ class TranslationService(_Batched):
             lengths[i] = len(ids) - 1  # without the eos
             if lengths[i] >= self._translators[1].max_src_tokens:  # cut to fit: count them all
                 lengths[i] = len(self.tokenizer.encode(clean[i]))
-        check_lengths(field, lengths, self.max_tokens)
+        check_lengths(field, lengths, self.max_tokens, indexed=indexed)
         return sources, keep
 
     async def translate(self, texts: Sequence[str], beam: int) -> list[str]:
@@ -222,9 +223,9 @@ class AttentionService:
             if self.translation is None:
                 raise not_loaded("translation")
             self.translation.check_beam(beam)
-            self.translation.encode([text], "text")
+            self.translation.encode([text], "text", indexed=False)
             if target is not None:
-                self.translation.encode([target], "target")
+                self.translation.encode([target], "target", indexed=False)
         if not text.strip():
             raise ApiError(422, "text: expected a sentence, got only white space")
         return self.pool.submit(self._capture, model, text, target, beam)
@@ -275,16 +276,19 @@ class GenerationService:
         """The GenerationConfig of a :class:`GenerateRequest`; 422 naming a bad setting."""
         from attnkit.generation import GenerationConfig
 
+        new_tokens = request.max_new_tokens
+        if new_tokens is None:
+            new_tokens = min(DEFAULT_NEW_TOKENS, self.max_new_tokens)
         check_range(
-            "max_new_tokens", request.max_new_tokens, 1, self.max_new_tokens,
+            "max_new_tokens", new_tokens, 1, self.max_new_tokens,
             f"the server's limit, and the model's context of {self.context} tokens less one",
         )  # fmt: skip
         prompt_tokens = len(self.model.tokenizer.encode(request.prompt)) or 1  # "" -> bos
-        room = self.context - request.max_new_tokens
+        room = self.context - new_tokens
         if prompt_tokens > room:
             raise ApiError(
                 413,
-                f"prompt: {prompt_tokens} tokens; with max_new_tokens={request.max_new_tokens} "
+                f"prompt: {prompt_tokens} tokens; with max_new_tokens={new_tokens} "
                 f"at most {room} fit the model's context of {self.context} tokens",
             )
         for i, stop in enumerate(request.stop):
@@ -298,7 +302,7 @@ class GenerationService:
             raise ApiError(422, "temperature, repetition_penalty: expected finite numbers")
         try:
             config = GenerationConfig(
-                max_new_tokens=request.max_new_tokens,
+                max_new_tokens=new_tokens,
                 temperature=temperature,
                 top_k=request.top_k,
                 top_p=request.top_p,

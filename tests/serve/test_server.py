@@ -1,0 +1,86 @@
+"""`attnkit serve` as a process: SIGTERM drains (the request in flight completes, new ones are
+refused, exit status 0), and start-up errors are one clear line."""
+
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+import httpx
+
+from attnkit.decoding import DecodingConfig, Translator
+from tests.helpers.serve import DEADLINE, ServeProcess, parse_metric, wait_until
+
+TEXTS = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."]
+
+
+def test_sigterm_drains_in_flight_requests_and_refuses_new_ones(translation):
+    # The request waits in the batcher for companions (a minute): it is in flight, for sure,
+    # when SIGTERM comes; the drain must run it at once instead.
+    server = ServeProcess("--bert-model", "none", "--max-wait-ms", "60000")
+    try:
+        wait_until(lambda: _ready(server.url), "/readyz")
+        answer = {}
+
+        def slow_request():
+            with httpx.Client(base_url=server.url, timeout=DEADLINE) as http:
+                answer["r"] = http.post("/v1/translate", json={"texts": TEXTS, "beam": 2})
+
+        worker = threading.Thread(target=slow_request)
+        worker.start()
+        wait_until(lambda: _queued(server.url) == len(TEXTS), "the request to be queued")
+        server.proc.send_signal(signal.SIGTERM)
+        worker.join(DEADLINE)
+        assert answer["r"].status_code == 200, answer["r"].text
+        expected = Translator(translation.model, translation.tokenizer, DecodingConfig(beam_size=2))
+        assert answer["r"].json()["translations"] == expected.translate(TEXTS).translations
+        # New requests: the port is closed (or, for a moment, they get 503).
+        try:
+            late = httpx.post(f"{server.url}/v1/translate", json={"texts": TEXTS}, timeout=DEADLINE)
+        except httpx.TransportError:
+            pass
+        else:
+            assert late.status_code == 503 and "shutting down" in late.text
+        assert server.proc.wait(DEADLINE) == 0, "".join(server.log)
+        with socket.socket() as s:
+            port = int(server.url.rsplit(":", 1)[1])
+            assert s.connect_ex(("127.0.0.1", port)) != 0  # refused
+        log = "".join(server.log)
+        assert "draining" in log and "Application shutdown complete" in log
+    finally:
+        server.stop()
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/readyz", timeout=DEADLINE).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _queued(url: str) -> float | None:
+    text = httpx.get(f"{url}/metrics", timeout=DEADLINE).text
+    return parse_metric(text, "attnkit_queue_depth", model="translation")
+
+
+def _serve(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "attnkit", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+    )
+
+
+def test_busy_port_and_bad_folder_are_one_line_errors(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = _serve("--port", str(port), "--bert-model", "none")
+    assert done.returncode == 2
+    assert f"attnkit serve: error: --host/--port: cannot listen on 127.0.0.1:{port}" in done.stderr
+    done = _serve("--port", "0", "--translation-model", str(tmp_path), "--bert-model", "none")
+    assert done.returncode == 2 and "attnkit serve: error:" in done.stderr
+    assert str(tmp_path) in done.stderr and "Traceback" not in done.stderr
