@@ -68,7 +68,7 @@
     try {  // same origin (srcdoc): fit the frame to the viewer
       var doc = frame.contentDocument;
       if (doc && doc.body && doc.body.childElementCount) {
-        frame.style.height = Math.min(900, doc.documentElement.scrollHeight + 4) + "px";
+        frame.style.height = Math.min(900, doc.documentElement.scrollHeight + 40) + "px";  // + room for the hover list
       }
     } catch (e) { /* keep the default height */ }
   });
