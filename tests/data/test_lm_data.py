@@ -30,14 +30,15 @@ def test_a_batch_is_windows_of_context_plus_one_consecutive_ids():
     assert batch.num_tokens == 32
 
 
-def test_offsets_are_a_pure_function_of_seed_rank_epoch_and_batch():
-    """numpy's own seeding of [seed, rank, epoch, batch], whatever was drawn before."""
+def test_offsets_are_a_pure_function_of_seed_epoch_and_global_batch():
+    """numpy's own seeding of [seed, epoch, global batch], whatever was drawn before; rank 1
+    of 2 takes global batches 1, 3, 5, ..."""
     torch.manual_seed(0)
     np.random.seed(0)
     a = windows(num_shards=2, shard_index=1).offsets(3, 11)
     torch.rand(5), np.random.rand(5)  # global streams move; the offsets must not
     b = windows(num_shards=2, shard_index=1).offsets(3, 11)
-    expected = np.random.default_rng([5, 1, 3, 11]).integers(0, 1000 - 8, size=4)
+    expected = np.random.default_rng([5, 3, 2 * 11 + 1]).integers(0, 1000 - 8, size=4)
     assert a.tolist() == b.tolist() == expected.tolist()
     assert windows(num_shards=2, shard_index=0).offsets(3, 11).tolist() != a.tolist()
     assert windows(seed=6, num_shards=2, shard_index=1).offsets(3, 11).tolist() != a.tolist()
@@ -48,6 +49,15 @@ def test_offsets_reach_both_ends_of_the_text():
     w = RandomWindows(torch.arange(12), context=8, batch_size=64, seed=0)
     starts = torch.cat([w.offsets(0, b) for b in range(5)])
     assert set(starts.tolist()) == {0, 1, 2, 3}  # the last window is ids 3..11
+
+
+def test_ranks_deal_one_sequence_of_batches():
+    """R ranks take exactly the batches one process takes, in turn."""
+    one = windows()
+    two = [windows(num_shards=2, shard_index=r) for r in range(2)]
+    for b in range(3):
+        for r in range(2):
+            assert torch.equal(two[r].batch(1, b).ids, one.batch(1, 2 * b + r).ids)
 
 
 def test_an_epoch_is_about_the_text_once_over_all_ranks():

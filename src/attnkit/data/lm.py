@@ -4,11 +4,14 @@ A window's first ``context`` ids are the model's input and its last ``context`` 
 targets, so every window scores ``context`` next-token predictions.
 
 Training (:class:`RandomWindows`): each batch holds ``batch_size`` windows at random offsets
-of the training ids. The offsets of batch ``b`` of epoch ``e`` on rank ``r`` are drawn from
-``numpy.random.default_rng([seed, r, e, b])``: a pure function of those numbers, touching no
-global random state, so a run restarted from a saved position draws the very same windows,
-and every rank draws its own. An *epoch* is ``len(ids) / (context * batch_size * ranks)``
-batches, about the training text once over all ranks.
+of the training ids. The batches of an epoch form one global sequence, dealt to the ``R``
+ranks in turn (rank ``r`` takes global batches ``r, r + R, r + 2R, ...``, as the translation
+sampler deals its batches), and the offsets of global batch ``k`` of epoch ``e`` are drawn
+from ``numpy.random.default_rng([seed, e, k])``: a pure function of those numbers, touching no
+global random state. So a run restarted from a saved position draws the very same windows,
+and R processes take exactly the windows one process takes with R-fold gradient
+accumulation. An *epoch* is ``len(ids) // (context * batch_size * R)`` batches per rank,
+about the training text once over all ranks.
 
 Validation (:func:`eval_windows`): the whole text is scored once, as consecutive
 non-overlapping windows: with ``bos`` the sequence ``[bos] + ids`` is cut at ``0, context,
@@ -111,8 +114,10 @@ class RandomWindows:
         return max(1, len(self.ids) // per_batch)
 
     def offsets(self, epoch: int, batch: int) -> Tensor:
-        """(B,) first positions of the windows of ``batch`` of ``epoch`` on this rank."""
-        rng = np.random.default_rng([self.seed, self.shard_index, epoch, batch])
+        """(B,) first positions of the windows of this rank's ``batch`` of ``epoch``: global
+        batch ``batch * num_shards + shard_index`` (module docstring)."""
+        index = batch * self.num_shards + self.shard_index
+        rng = np.random.default_rng([self.seed, epoch, index])
         starts = rng.integers(0, len(self.ids) - self.context, size=self.batch_size)
         return torch.from_numpy(starts)
 

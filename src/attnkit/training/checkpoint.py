@@ -8,9 +8,12 @@ Layout of ``runs/NAME/last/`` (and ``best/``)::
     state.json          step, epoch, position in the data, metrics (human-readable)
     resume.pt           optimizer, scheduler, grad scaler and RNG states (``last`` only)
 
-A checkpoint is a translation model folder (``attnkit translate --model runs/NAME/best``)
-with two more files; the files, the errors and the atomic write are
-:mod:`attnkit.model_folder`'s. Atomicity: the folder is written as ``last.tmp-<pid>/``, every
+A checkpoint is a model folder of the run's kind with two more files: a translation folder
+(``attnkit translate --model runs/NAME/best``; ``config.json`` is the training config), or for
+a language model a GPT-2 folder (``attnkit generate --model runs/NAME/best``;
+``GPT.from_pretrained`` reads it) whose ``config.json`` holds Hugging Face's GPT-2 keys and
+the training config under :data:`TRAIN_CONFIG_KEY`. The files, the errors and the atomic
+write are :mod:`attnkit.model_folder`'s. Atomicity: the folder is written as ``last.tmp-<pid>/``, every
 file and the folder are fsynced, then the old ``last`` is renamed to ``last.old-<pid>``, the
 new folder is renamed to ``last`` and the old one is deleted. Only complete folders ever carry
 the name ``last`` or ``last.old-*``, so a run killed at any moment leaves a loadable
@@ -30,9 +33,10 @@ import torch
 from torch import nn
 
 from attnkit import model_folder as mf
-from attnkit.data.tokenizer import SubwordTokenizer
 from attnkit.decoding.loading import load_translation_model, write_translation_files
 from attnkit.model_folder import write_text_atomic
+from attnkit.models import gpt_hf
+from attnkit.models.gpt import GPT
 from attnkit.models.transformer import Transformer
 from attnkit.training.config import TrainConfig
 
@@ -40,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "TOKENIZER",
+    "TRAIN_CONFIG_KEY",
     "find_checkpoint",
     "load_model",
     "load_resume_state",
@@ -51,6 +56,21 @@ __all__ = [
 ]
 
 TOKENIZER = mf.TOKENIZER_FILE  # the name the trainer reads a run's tokenizer under
+# GPT checkpoints: the config.json key holding the training config beside GPT-2's own keys.
+TRAIN_CONFIG_KEY = "attnkit_train_config"
+
+
+def write_model_files(folder: Path, model: nn.Module, config: TrainConfig, tokenizer) -> None:
+    """Weights, ``config.json`` and tokenizer of a checkpoint into ``folder`` (a temporary
+    folder of :func:`attnkit.model_folder.atomic_folder`), in the layout of the model's kind
+    (module docstring)."""
+    if isinstance(model, GPT):
+        hf_config = {**gpt_hf.config_to_hf(model.config), TRAIN_CONFIG_KEY: config.to_dict()}
+        mf.write_json(folder / mf.CONFIG_FILE, hf_config)
+        mf.write_weights(folder / mf.WEIGHTS_FILE, gpt_hf.state_to_hf(model))
+        tokenizer.save(folder / mf.TOKENIZER_FILE)
+    else:
+        write_translation_files(folder, model, tokenizer, config.to_dict())
 
 
 def save_checkpoint(
@@ -58,7 +78,7 @@ def save_checkpoint(
     *,
     model: nn.Module,
     config: TrainConfig,
-    tokenizer: SubwordTokenizer,
+    tokenizer: Any,
     state: dict[str, Any],
     resume: dict[str, Any] | None = None,
 ) -> Path:
@@ -68,7 +88,7 @@ def save_checkpoint(
         folder: The checkpoint folder, e.g. ``runs/NAME/last``.
         model: The (unwrapped) model.
         config: The training config with the model's vocabulary sizes filled in.
-        tokenizer: The tokenizer.
+        tokenizer: The tokenizer (a SubwordTokenizer, or a GPTTokenizer for a GPT).
         state: JSON-serialisable run position and metrics (``state.json``).
         resume: Optimizer/scheduler/RNG states for an exact resume (``resume.pt``).
 
@@ -80,7 +100,7 @@ def save_checkpoint(
     """
     folder = Path(folder)
     with mf.atomic_folder(folder, what="checkpoint folder") as tmp:
-        write_translation_files(tmp, model, tokenizer, config.to_dict())
+        write_model_files(tmp, model, config, tokenizer)
         mf.write_json(tmp / mf.STATE_FILE, state)
         if resume is not None:
             torch.save(resume, tmp / mf.RESUME_FILE)
@@ -127,7 +147,14 @@ def read_train_config(folder: str | os.PathLike[str]) -> TrainConfig:
     """
     folder = Path(folder)
     raw = mf.read_config(folder)
-    mf.expect_kind(folder, raw, "translation")
+    if mf.expect_kind(folder, raw, "translation", "gpt2") == "gpt2":
+        train = raw.get(TRAIN_CONFIG_KEY)
+        if not isinstance(train, dict):
+            raise ValueError(
+                f"{folder / mf.CONFIG_FILE}: a GPT-2 folder but not an attnkit training "
+                f"checkpoint (no {TRAIN_CONFIG_KEY!r} object)"
+            )
+        raw = train
     try:
         return TrainConfig.from_dict(raw, allow_tokenizer_keys=True)
     except (TypeError, ValueError) as err:
@@ -159,14 +186,21 @@ def load_resume_state(folder: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def load_weights(model: nn.Module, folder: str | os.PathLike[str]) -> None:
-    """Loads ``model.safetensors`` into ``model`` (strict: every tensor must match)."""
-    mf.load_weights(model, folder)
+    """Loads ``model.safetensors`` into ``model`` (strict: every tensor must match; a GPT's
+    from Hugging Face's GPT-2 names)."""
+    if isinstance(model, GPT):
+        source = mf.weights_path(folder)
+        state = gpt_hf.state_from_hf(mf.read_weights(source), model.config, source=source)
+        mf.load_state_dict_into(model, state, source=source)
+    else:
+        mf.load_weights(model, folder)
 
 
 def load_model(
     folder: str | os.PathLike[str], *, device: str | torch.device = "cpu"
-) -> tuple[Transformer, SubwordTokenizer, TrainConfig]:
-    """Rebuilds a trained model from a checkpoint folder, in eval mode.
+) -> tuple[Transformer | GPT, Any, TrainConfig]:
+    """Rebuilds a trained model from a checkpoint folder, in eval mode (a Transformer and its
+    SubwordTokenizer, or a GPT and its GPTTokenizer).
 
     Args:
         folder: A checkpoint folder (``runs/NAME/best`` or ``runs/NAME/last``) or a run folder
@@ -184,5 +218,8 @@ def load_model(
             )
         folder = found
     config = read_train_config(folder)
+    if config.task == "lm":
+        model = GPT.from_pretrained(folder, device=device)
+        return model, model.tokenizer, config
     model, tokenizer, _ = load_translation_model(folder, device=device)
     return model, tokenizer, config

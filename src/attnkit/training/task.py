@@ -3,8 +3,9 @@
 The :class:`~attnkit.training.Trainer` owns everything a task does not: the process group,
 optimizer, schedule, autocast, gradient accumulation, DDP, logging, checkpoints, budgets and
 exact resume. A *task* owns the data, the loss and the evaluation. Translation
-(:class:`~attnkit.training.translation.TranslationTask`) is the first task; a language-model
-task plugs in by implementing the same methods:
+(:class:`~attnkit.training.translation.TranslationTask`) is the first task, language modelling
+(:class:`~attnkit.training.lm.LMTask`) the second; the config's ``task`` picks one
+(:func:`~attnkit.training.trainer.default_task`). Each implements these methods:
 
 ``prepare(run) -> TrainConfig``
     Load the data and the tokenizer: on a new run rank 0 trains it and saves it as

@@ -1,8 +1,8 @@
 """The training loop shared by every task: accumulation, DDP, evaluation, checkpoints, resume.
 
 A :class:`~attnkit.training.task.Task` supplies the data, the loss and the evaluation
-(translation: :class:`~attnkit.training.translation.TranslationTask`); the trainer does the
-rest. One optimizer step consumes ``accumulation`` micro-batches on every rank. The loss of a
+(translation: :class:`~attnkit.training.translation.TranslationTask`; language modelling:
+:class:`~attnkit.training.lm.LMTask`; ``config.task`` picks one); the trainer does the rest. One optimizer step consumes ``accumulation`` micro-batches on every rank. The loss of a
 step is the task's loss summed over all scored tokens of all those batches on all ranks,
 divided by their number (one all-reduce of the token count per step), so a run on N processes
 takes exactly the steps of a 1-process run that accumulates the same N batches.
@@ -41,7 +41,8 @@ from attnkit import model_folder as mf
 from attnkit.training import checkpoint as ckpt
 from attnkit.training.averaging import STEPS_DIR, step_checkpoints
 from attnkit.training.budget import Budget, Clock, RunClock
-from attnkit.training.config import TrainConfig
+from attnkit.training.config import TrainConfig, check_resume
+from attnkit.training.cosine_schedule import build_lr_scheduler, needs_progress
 from attnkit.training.distributed import (
     DistInfo,
     all_reduce_sum,
@@ -49,9 +50,8 @@ from attnkit.training.distributed import (
     init_distributed,
     raise_together,
 )
-from attnkit.training.limits import check_resume
 from attnkit.training.metrics_log import MetricsLog, TrainMeter, add_file_handler
-from attnkit.training.optim import build_optimizer, build_scheduler, default_threads
+from attnkit.training.optim import build_optimizer, default_threads
 from attnkit.training.precision import resolve_autocast
 from attnkit.training.run_folder import RunFolder
 from attnkit.training.run_state import (
@@ -93,7 +93,7 @@ class Trainer:
         resume: Continue the run in ``out_dir`` from its ``last`` checkpoint.
         eval_hook: Extra evaluation on rank 0 (e.g. BLEU) for the default translation task.
         progress: Show a tqdm progress bar on rank 0 (stderr).
-        task: The task; default :class:`~attnkit.training.translation.TranslationTask`.
+        task: The task; default the one ``config.task`` names (:func:`default_task`).
         clock: The time source for ``max_minutes`` and throughput (tests inject one).
     """
 
@@ -119,13 +119,18 @@ class Trainer:
                 f"optim.cooldown={o.cooldown} needs a fixed budget to cool down towards "
                 "(max_steps, max_epochs or max_minutes); patience alone has no known end"
             )
+        if o.schedule == "cosine" and not (o.max_steps or o.max_epochs or o.max_minutes):
+            raise ValueError(
+                'optim.schedule="cosine" needs a fixed budget to decay over (max_steps, '
+                "max_epochs or max_minutes); patience alone has no known end"
+            )
         if task is not None and eval_hook is not None:
             raise ValueError("eval_hook: give it to the task, not with task=")
         self.config = config
         self.out_dir = Path(out_dir)
         self.resume = resume
         self.progress = progress
-        self.task = task if task is not None else TranslationTask(eval_hook)
+        self.task = task if task is not None else default_task(config, eval_hook)
         self.clock = clock
         self.folder = RunFolder(self.out_dir)
         self.state = RunState()
@@ -213,7 +218,7 @@ class Trainer:
         torch.manual_seed(o.seed)  # the same initial weights on every rank
         self.model = self.task.build_model(cfg).to(info.device)
         self.optimizer = build_optimizer(self.model, o)
-        self.scheduler = build_scheduler(self.optimizer, o, cfg.model.d_model)
+        self.scheduler = build_lr_scheduler(self.optimizer, o, cfg.model.d_model)
         self.scaler = torch.amp.GradScaler(
             info.device.type, enabled=run.autocast_dtype == torch.float16
         )
@@ -351,7 +356,7 @@ class Trainer:
         self._meter.lr = self.optimizer.param_groups[0]["lr"]
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        if o.cooldown:
+        if needs_progress(o):
             progress = self.budget.progress(self.state.step + 1, mean_elapsed)
             set_progress(self.scheduler, progress)
         self.scheduler.step()
@@ -504,6 +509,15 @@ class Trainer:
         )
 
 
+def default_task(config: TrainConfig, eval_hook: EvalHook | None = None) -> Task:
+    """The task ``config.task`` names: translation or language modelling (``"lm"``)."""
+    if config.task == "lm":
+        from attnkit.training.lm import LMTask
+
+        return LMTask(eval_hook)
+    return TranslationTask(eval_hook)
+
+
 def train(
     config: TrainConfig,
     out_dir: str | os.PathLike[str],
@@ -517,4 +531,4 @@ def train(
     return trainer.fit()
 
 
-__all__ = ["TrainResult", "Trainer", "train"]
+__all__ = ["TrainResult", "Trainer", "default_task", "train"]

@@ -1,25 +1,35 @@
-"""`attnkit train`: train a translation Transformer from a TOML config."""
+"""`attnkit train`: train a translation Transformer or a GPT language model from a TOML
+config."""
 
 from __future__ import annotations
 
 import argparse
 
 NAME = "train"
-HELP = "train an encoder-decoder Transformer from a TOML config"
+HELP = "train a translation Transformer or a GPT language model from a TOML config"
 DESCRIPTION = """\
-Train an encoder-decoder Transformer as a TOML config describes. The config has three
-sections, [model] (attnkit.models.TransformerConfig fields; the vocabulary sizes come from
-the tokenizer), [data] (corpus, languages, BPE vocabulary, batching) and [optim] (Adam,
-schedule, label smoothing, budgets, evaluation, checkpoints, autocast, threads); see
-attnkit.training.config for every key and its default.
+Train a model as a TOML config describes. The config names its task at the top and has three
+sections; see attnkit.training.config for every key and its default.
+
+  task = "translation" (the default): an encoder-decoder Transformer. [model] holds
+      attnkit.models.TransformerConfig fields (the vocabulary sizes come from the tokenizer),
+      [data] the corpus, languages, BPE vocabulary and batching.
+  task = "lm": a GPT language model. [model] holds attnkit.models.GPTConfig fields (the
+      vocabulary and bos come from the tokenizer), [data] the text (corpus = "shakespeare",
+      shipped, or train_file/val_file), the tokenizer ("char" or "bpe" with vocab_size),
+      batch_size, context_length and seed.
+  [optim]: Adam, schedule (the paper's inverse square root, or "cosine" with peak_lr and
+      min_lr), cooldown, label smoothing, budgets, evaluation, checkpoints, autocast, threads.
 
 The run folder OUT receives:
   metrics.jsonl   one JSON object per logging step (step, epoch, train_loss, lr,
-                  tokens_per_sec, elapsed_sec) and per evaluation (val_loss, val_ppl, ...)
-  train.log       the log
+                  tokens_per_sec, elapsed_sec) and per evaluation (val_loss, val_ppl; for a
+                  language model also val_nats_per_char and val_bits_per_char)
+  train.log       the log (a language model writes a generated sample at each evaluation)
   config.toml     the resolved config
   last/, best/    checkpoints: model.safetensors, config.json, tokenizer.json, state.json
-                  (+ resume.pt in last/), written atomically
+                  (+ resume.pt in last/), written atomically; a language model's are GPT-2
+                  folders that `attnkit generate --model` and Hugging Face read
   .attnkit.lock   held while a process writes the run: a second train or --resume into the
                   same folder is refused; a killed run's lock is released by the system
 
@@ -36,6 +46,7 @@ examples:
   attnkit train --config configs/multi30k_de_en.toml --out runs/en_de \\
       --set data.src_lang=en --set data.tgt_lang=de --set model.dropout=0.3
   attnkit train --resume runs/de_en --max-minutes 90
+  attnkit train --config configs/shakespeare_char_gpt.toml --out runs/shakespeare_char
   python -m attnkit.training.plot runs/de_en/metrics.jsonl docs/val_loss.png
 """
 
