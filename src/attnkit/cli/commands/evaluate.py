@@ -1,4 +1,5 @@
-"""`attnkit evaluate`: BLEU of a translation model on a Multi30k split or a pair of files."""
+"""`attnkit evaluate`: BLEU of a translation model on a Multi30k split or a pair of files, or
+the loss of a GPT language model on a text file (``--text``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from attnkit.cli.commands.translate import add_decoding_arguments, build_transla
 from attnkit.cli.options import STDIN, check_input_path
 
 NAME = "evaluate"
-HELP = "translate a test set and print BLEU (13a, cased, detokenized) and speed"
+HELP = "translate a test set and print BLEU and speed, or score a text with a GPT (--text)"
 DESCRIPTION = """\
 Translate a test set and score it with attnkit's BLEU (equal to sacreBLEU: detokenized output,
 cased, 13a tokenization), printing the score, its signature and the decoding speed in
@@ -26,10 +27,20 @@ scored as they are. An empty file is an error.
 --json prints one object: {"bleu": ..., "signature": ..., "sentences_per_sec": ...,
 "sentences": ..., "seconds": ..., "model": ..., "beam": ...}
 
+Language models: --model GPT_DIR --text FILE scores FILE (UTF-8, .gz allowed, - = standard
+input; an empty file is an error) with a GPT folder (an attnkit language model or a Hugging
+Face GPT-2 folder with its tokenizer.json): the text is read as lines each ended by a newline,
+tokenized, and every token is predicted after the model's bos token (an attnkit language
+model's is the newline), in consecutive windows of the model's context length. It prints the
+cross-entropy per token and per character (total nats / characters) and bits per character;
+--json prints {"loss_per_token": ..., "nats_per_char": ..., "bits_per_char": ...,
+"tokens": ..., "characters": ..., "model": ..., "text": ...}.
+
 examples:
   attnkit evaluate
   attnkit evaluate --model runs/multi30k --split val --beam 1
   attnkit evaluate --model runs/en-de --src test.en --ref test.de --json
+  attnkit evaluate --model runs/shakespeare_char/best --text macbeth.txt --json
 """
 
 
@@ -46,6 +57,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--ref", metavar="FILE", default=None, help="references, one a line (- = stdin)"
+    )
+    parser.add_argument(
+        "--text",
+        metavar="FILE",
+        default=None,
+        help="language models: score this text file with the GPT of --model (- = stdin)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_decoding_arguments(parser)
@@ -72,8 +89,63 @@ def _test_set(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
     return corpus.src, corpus.tgt, f"multi30k {split} {args.src_lang}-{args.tgt_lang}"
 
 
+def _evaluate_text(args: argparse.Namespace) -> int:
+    """``--text``: the loss of the GPT of ``--model`` on a text file."""
+    import torch
+
+    from attnkit.cli.options import resolve_device
+    from attnkit.data.corpus import read_text
+    from attnkit.model_folder import load_pretrained
+    from attnkit.training.lm import text_loss
+
+    for flag, value in (("--src", args.src), ("--ref", args.ref), ("--split", args.split)):
+        if value is not None:
+            raise ValueError(f"--text and {flag} exclude each other: --text scores a language model")
+    if args.model is None:
+        raise ValueError("--text: give --model DIR, the GPT folder to score the text with")
+    check_input_path(args.text, "--text")
+    text = read_text(args.text)
+    if not text:
+        raise ValueError(f"--text: {args.text!r} is empty, expected text to score")
+    device = resolve_device(args.device)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    kind, model, tokenizer, _ = load_pretrained(
+        args.model, device=device, dtype=getattr(torch, args.dtype)
+    )
+    if kind != "gpt2":
+        raise ValueError(
+            f"--model {args.model!r}: a {kind} model folder; --text scores a GPT language model "
+            "(a GPT-2 folder)"
+        )
+    if tokenizer is None:
+        raise ValueError(f"--model {args.model!r}: no tokenizer.json; --text needs the tokenizer")
+    loss = text_loss(model, tokenizer, text)
+    report = {
+        "loss_per_token": loss.loss_per_token,
+        "nats_per_char": loss.nats_per_char,
+        "bits_per_char": loss.bits_per_char,
+        "tokens": loss.tokens,
+        "characters": loss.characters,
+        "model": str(args.model),
+        "text": str(args.text),
+    }
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(
+            f"{args.text}: {loss.loss_per_token:.4f} nats/token, {loss.nats_per_char:.4f} "
+            f"nats/char, {loss.bits_per_char:.4f} bits/char ({loss.tokens} tokens, "
+            f"{loss.characters} characters)"
+        )
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     import time
+
+    if args.text is not None:
+        return _evaluate_text(args)
 
     import torch
 
