@@ -8,7 +8,6 @@ import math
 
 import pytest
 import torch
-import transformers
 
 from attnkit.cli import main
 from tests.helpers.generation import CONTEXT, TEXT, byte_bpe, tiny_gpt2_config
@@ -102,7 +101,9 @@ def test_text_needs_a_gpt_model(gpt_dir, tmp_path, capsys):
     translation = build_translation_model(tmp_path / "mt")
     code, _, err = evaluate(capsys, "--model", str(translation), "--text", str(path))
     assert code == 2 and "a translation model folder; --text scores a GPT" in err
-    code, _, err = evaluate(capsys, "--model", str(gpt_dir[0]), "--text", str(path), "--split", "val")
+    code, _, err = evaluate(
+        capsys, "--model", str(gpt_dir[0]), "--text", str(path), "--split", "val"
+    )
     assert code == 2 and "--text and --split exclude each other" in err
     code, _, err = evaluate(capsys, "--model", str(gpt_dir[0]), "--text", str(tmp_path / "no.txt"))
     assert code == 2 and "no.txt' does not exist" in err

@@ -100,7 +100,9 @@ def _evaluate_text(args: argparse.Namespace) -> int:
 
     for flag, value in (("--src", args.src), ("--ref", args.ref), ("--split", args.split)):
         if value is not None:
-            raise ValueError(f"--text and {flag} exclude each other: --text scores a language model")
+            raise ValueError(
+                f"--text and {flag} exclude each other: --text scores a language model"
+            )
     if args.model is None:
         raise ValueError("--text: give --model DIR, the GPT folder to score the text with")
     check_input_path(args.text, "--text")
