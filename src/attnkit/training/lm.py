@@ -267,8 +267,9 @@ class LMTask(Task):
             "val_bits_per_char": nats / self.val_chars / math.log(2),
         }
         if self.sample_tokens and run.info.is_main:
-            with run.autocast():
-                logger.info("sample: %r", self.sample(model))
+            # In float32, outside the run's autocast: generation's packed linears ignore
+            # autocast while the cache takes its dtype (a float32 query, bf16 keys).
+            logger.info("sample: %r", self.sample(model))
         if self.eval_hook is not None:
             hook = self.eval_hook
             metrics.update(on_main_rank(run, lambda: hook(model)))
