@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from tokenizers import Tokenizer
 
 from attnkit.serve.batcher import DynamicBatcher, QueueFull
 from attnkit.serve.errors import ApiError
@@ -79,10 +80,10 @@ class _Batched:
             on_batch=self._on_batch,
             name=f"attnkit-{self.name}-batcher",
         )
+        metrics.queue_depth.labels(self.name).set_function(lambda: self.batcher.depth)
 
     def _on_batch(self, inputs: int, cost: int, seconds: float) -> None:
         self.metrics.batch(self.name, inputs, cost, seconds)
-        self.metrics.queue_depth.labels(self.name).set(self.batcher.depth)
 
     def _run(self, inputs: list, key) -> list:
         raise NotImplementedError
@@ -93,7 +94,6 @@ class _Batched:
         except QueueFull as err:
             self.metrics.rejected.labels(self.name).inc()
             raise queue_full(self.name, err, self.settings) from None
-        self.metrics.queue_depth.labels(self.name).set(self.batcher.depth)
         return await asyncio.wrap_future(future)  # cancelling this cancels a queued item
 
     def drain(self) -> None:
@@ -166,6 +166,10 @@ class EmbeddingService(_Batched):
         self.model, self.folder = model, folder
         self.tokenizer = model.tokenizer
         self.max_tokens = min(settings.max_tokens_per_text, self.tokenizer.max_length - 2)
+        # The model's tokenizer cuts at max_length; a copy that does not counts every token.
+        self._counter = Tokenizer.from_str(self.tokenizer.tokenizer.to_str())
+        self._counter.no_truncation()
+        self._counter.no_padding()
         super().__init__(settings, metrics)
 
     def _run(self, texts: list[str], normalize: bool | None) -> list[list[float]]:
@@ -175,11 +179,8 @@ class EmbeddingService(_Batched):
 
     async def embed(self, texts: Sequence[str], normalize: bool | None) -> list[list[float]]:
         check_count("texts", texts, self.settings.max_texts)
-        encodings = self.tokenizer.tokenizer.encode_batch(list(texts))
-        lengths = [
-            self.tokenizer.max_length - 1 if e.overflowing else sum(e.attention_mask) - 2
-            for e in encodings
-        ]  # without [CLS] and [SEP]; a cut text counts as over the model's length
+        encodings = self._counter.encode_batch(list(texts), add_special_tokens=False)
+        lengths = [len(e.ids) for e in encodings]  # without [CLS] and [SEP]
         check_lengths("texts", lengths, self.max_tokens)
         return await self._submit(texts, sum(lengths) + 2 * len(texts), normalize)
 
