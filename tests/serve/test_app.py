@@ -6,6 +6,7 @@ capture_translation, generate_text), never through the server.
 """
 
 import asyncio
+import re
 import threading
 
 import httpx
@@ -126,6 +127,10 @@ def test_health_readiness_and_openapi(client):
     paths = client.get("/openapi.json").json()["paths"]
     for path in ("/v1/translate", "/v1/embed", "/v1/attention", "/v1/generate", "/metrics"):
         assert path in paths
+    docs = client.get("/docs").text  # the OpenAPI page, from the package's files, no CDN
+    assert "http" not in docs.replace("/openapi.json", "") and "swagger-ui-bundle.js" in docs
+    for url in re.findall(r"(?:src|href)=['\"]?(/[^'\" >]+)", docs):
+        assert client.get(url).status_code == 200, url
 
 
 def test_metrics_count_requests_latencies_and_batches(models):

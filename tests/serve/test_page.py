@@ -92,5 +92,14 @@ def test_page_translates_draws_the_heatmap_and_streams(browser, models, tmp_path
         assert not problems, problems
         shot = tmp_path / "page.png"
         page.screenshot(path=str(shot), full_page=True)
+
+        # The OpenAPI page renders every endpoint offline too.
+        page.goto(server.url + "/docs")
+        page.locator(".opblock").first.wait_for(timeout=WAIT_MS)
+        shown = " ".join(page.locator(".opblock-summary-path").all_text_contents())
+        for path in ("/v1/translate", "/v1/embed", "/v1/attention", "/v1/generate"):
+            assert path in shown, shown
+        foreign = [u for u in requests if not u.startswith((server.url, "about:", "data:"))]
+        assert not foreign, foreign
         page.close()
     assert_image(shot)

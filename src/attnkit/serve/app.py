@@ -24,6 +24,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 from starlette.background import BackgroundTask
 
 import attnkit
@@ -196,13 +197,16 @@ def create_app(
             state.begin_drain()
             await asyncio.to_thread(state.services.stop)
 
-    app = FastAPI(
+    # FastAPIOffline: FastAPI with /docs (Swagger UI) and /redoc served from the package's own
+    # files instead of a CDN; the validator badge (a request to another host) is off.
+    app = FastAPIOffline(
         title="attnkit",
         version=attnkit.__version__,
         summary="Translation, embeddings, attention weights and GPT text over HTTP",
         description='Every error is JSON: `{"error": {"status", "type", "message"}}`. '
         "A full queue answers 503 with `Retry-After`. `GET /` is a web page for people.",
         lifespan=lifespan,
+        swagger_ui_parameters={"validatorUrl": None},
     )
     app.state.attnkit = state
     install_handlers(app)
