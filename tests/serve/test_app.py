@@ -150,15 +150,16 @@ def test_metrics_count_requests_latencies_and_batches(models):
 
 def test_models_that_are_not_loaded_answer_503_naming_them():
     with TestClient(create_app(ServeSettings(), models=LoadedModels())) as c:
-        for path, body, flag in [
-            ("/v1/translate", {"texts": ["a"]}, "--translation-model"),
-            ("/v1/embed", {"texts": ["a"]}, "--bert-model"),
-            ("/v1/generate", {"prompt": "a"}, "--gpt-model"),
-            ("/v1/attention", {"text": "a"}, "--translation-model"),
+        for path, body, name, flag in [
+            ("/v1/translate", {"texts": ["a"]}, "translation", "--translation-model"),
+            ("/v1/embed", {"texts": ["a"]}, "BERT", "--bert-model"),
+            ("/v1/generate", {"prompt": "a"}, "GPT", "--gpt-model"),
+            ("/v1/attention", {"text": "a"}, "translation", "--translation-model"),
         ]:
             r = c.post(path, json=body)
             assert r.status_code == 503, (path, r.text)
-            assert "is loaded" in r.json()["error"]["message"] and flag in r.text
+            message = r.json()["error"]["message"]
+            assert message.startswith(f"no {name} model is loaded; start the server with {flag}")
         assert c.get("/readyz").json()["models"] == {"translation": None, "bert": None, "gpt": None}
 
 

@@ -52,7 +52,8 @@ _START_FLAGS = {
 
 def not_loaded(model: str) -> ApiError:
     """503: the server runs without this model."""
-    return ApiError(503, f"no {model} model is loaded; start the server with {_START_FLAGS[model]}")
+    name = {"bert": "BERT", "gpt": "GPT"}.get(model, model)
+    return ApiError(503, f"no {name} model is loaded; start the server with {_START_FLAGS[model]}")
 
 
 def queue_full(model: str, err: QueueFull, settings: ServeSettings) -> ApiError:
