@@ -299,7 +299,7 @@ def create_app(
             pieces = []
             async for piece in job.items():
                 pieces.append(piece)
-                metrics.generated_tokens.inc()
+                metrics.generated_pieces.inc()
             return "".join(pieces)
 
         text = await _or_cancel(request, collect(), job.cancel)
@@ -346,7 +346,7 @@ async def _events(job, metrics: Metrics):
     try:
         async for piece in job.items():
             pieces.append(piece)
-            metrics.generated_tokens.inc()
+            metrics.generated_pieces.inc()
             yield f"data: {json.dumps({'text': piece}, ensure_ascii=False)}\n\n"
         finished = True
         yield f"event: done\ndata: {json.dumps({'text': ''.join(pieces)}, ensure_ascii=False)}\n\n"

@@ -61,7 +61,7 @@ class Metrics:
         self.rejected = Counter(
             "attnkit_rejected", "requests refused with 503 (queue full)", ["model"], registry=r
         )
-        self.generated_tokens = Counter(
+        self.generated_pieces = Counter(
             "attnkit_generated_pieces", "text pieces streamed by /v1/generate", registry=r
         )
         self.cancelled = Counter(
