@@ -32,6 +32,7 @@ from attnkit.serve.batcher import QueueFull
 from attnkit.serve.errors import ApiError, error_body, install_handlers
 from attnkit.serve.limits import BodyLimit
 from attnkit.serve.loading import LoadedModels, load_models
+from attnkit.serve.memory import trim_when_idle
 from attnkit.serve.metrics import CONTENT_TYPE_LATEST, Metrics
 from attnkit.serve.schemas import (
     AttentionRequest,
@@ -82,6 +83,8 @@ class ServerState:
         self.models: LoadedModels | None = None
         self.ready = False
         self.draining = False
+        self.answered = 0  # requests answered so far
+        self.in_flight = 0  # requests being answered
 
     def begin_drain(self) -> None:
         """Refuse new requests, answer /readyz 503, and run queued batches at once.
@@ -119,10 +122,13 @@ class _RequestMetrics:
             await send(message)
 
         m.in_flight.inc()
+        self.state.in_flight += 1
         try:
             await self.app(scope, receive, send_and_count)
         finally:
             m.in_flight.dec()
+            self.state.in_flight -= 1
+            self.state.answered += 1
             endpoint = self._endpoint(scope)
             m.requests.labels(endpoint, str(status[0])).inc()
             m.latency.labels(endpoint).observe(time.perf_counter() - start)
@@ -190,9 +196,13 @@ def create_app(
         if state.draining:
             state.services.drain()
         state.ready = True
+        trimmer = asyncio.ensure_future(
+            trim_when_idle(lambda: state.answered, lambda: state.in_flight)
+        )
         try:
             yield
         finally:
+            trimmer.cancel()
             state.ready = False
             state.begin_drain()
             await asyncio.to_thread(state.services.stop)
