@@ -32,9 +32,19 @@ def test_seed_reproduces_and_differs():
     assert not torch.equal(a, sample(logits, make_generator(8)))
 
 
-def test_greedy_is_argmax():
-    logits = torch.randn(5, 30)
-    assert torch.equal(select(logits, None), torch.argmax(logits, dim=1))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_greedy_is_torch_argmax_ties_and_nan_included(dtype):
+    logits = torch.randn(6, 50257).to(dtype)
+    logits[1, [7, 300, 9000]] = 100.0  # ties: the first index wins
+    logits[2, 11] = float("nan")  # NaN counts as the largest value
+    logits[3] = float("-inf")
+    logits[3, 4000] = -1e30
+    logits[4] = 0.0
+    got = select(logits, None)
+    assert got.dtype == torch.int64 and got.shape == (6,)
+    assert torch.equal(got, torch.argmax(logits, dim=1))
+    assert got[1:5].tolist() == [7, 11, 4000, 0]
+    assert torch.equal(select(logits[:, ::2], None), torch.argmax(logits[:, ::2], dim=1))
 
 
 def test_seed_must_be_int():

@@ -4,7 +4,10 @@ Parity with Hugging Face GPT-2 is in test_gpt_hf.py."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+import attnkit.attention
+import attnkit.modules.multihead
 from attnkit.models import GPT, GPTCache, GPTConfig
 from attnkit.modules import EncoderLayer
 from tests.helpers.gpt import padded
@@ -47,6 +50,40 @@ def test_blocks_are_attnkit_encoder_layers_with_a_tied_head():
     assert model.lm_head.weight is model.embed.weight
     untied = tiny(tie_output=False)
     assert untied.lm_head.weight is not untied.embed.weight
+
+
+def test_forward_goes_through_attnkits_one_attention_function(monkeypatch, rows):
+    """Every layer calls attnkit.scaled_dot_product_attention, causally, and torch's fused
+    kernel is only ever reached from inside it: no second attention implementation."""
+    core = attnkit.attention.scaled_dot_product_attention
+    fused = F.scaled_dot_product_attention
+    calls, depth, stray = [], [0], []
+
+    def spy_core(*args, **kwargs):
+        calls.append(kwargs.get("causal", False))
+        depth[0] += 1
+        try:
+            return core(*args, **kwargs)
+        finally:
+            depth[0] -= 1
+
+    def spy_fused(*args, **kwargs):
+        if depth[0] == 0:
+            stray.append(args[0].shape)
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(attnkit.modules.multihead, "scaled_dot_product_attention", spy_core)
+    monkeypatch.setattr(attnkit.attention.F, "scaled_dot_product_attention", spy_fused)
+    model = tiny()
+    ids, mask = padded(rows, "left")
+    with torch.no_grad():
+        model(ids, attention_mask=mask)
+        assert calls == [True, True]  # one call per layer, causal
+        model(ids, attention_mask=mask, return_weights=True)
+        cache = model.init_cache(len(rows), ids.shape[1] + 1)
+        model(ids, attention_mask=mask, cache=cache)
+        model(ids[:, :1], cache=cache)
+    assert calls == [True] * 8 and not stray
 
 
 def test_residual_projections_get_gpt2_scaled_init():

@@ -21,8 +21,15 @@ from attnkit.models import GPT, GPTConfig  # noqa: E402
 from attnkit.models.gpt_tokenizer import GPTTokenizer  # noqa: E402
 from attnkit.modules.feed_forward import make_activation  # noqa: E402
 from tests.helpers.gpt import EOT, padded, train_byte_bpe, write_hf_gpt2_folder  # noqa: E402
+from tests.helpers.gpt_parity import (  # noqa: E402
+    TOL,
+    assert_matches_hf,
+    assert_same_greedy,
+    hf_greedy,
+    hf_positions,
+    logit_error,
+)
 
-TOL = dict(atol=1e-5, rtol=0)
 TEXTS = [
     "Attention is all you need.",
     "The animal didn't cross the street because it was too tired.",
@@ -42,35 +49,6 @@ def hf_config(tokenizer: Tokenizer, **overrides) -> transformers.GPT2Config:
 
 def hf_eager(folder):
     return transformers.GPT2LMHeadModel.from_pretrained(folder, attn_implementation="eager").eval()
-
-
-def hf_positions(mask):
-    """Hugging Face generate()'s position ids for a padded batch."""
-    return (mask.long().cumsum(-1) - 1).masked_fill(~mask, 0)
-
-
-def assert_matches_hf(model, hf, ids, mask, *, weights=False):
-    """attnkit's logits (and every layer's weights) equal Hugging Face's on the real tokens of
-    a padded batch, given generate()'s positions; returns attnkit's output."""
-    with torch.no_grad():
-        expected = hf(
-            ids,
-            attention_mask=mask.long(),
-            position_ids=hf_positions(mask),
-            output_attentions=weights,
-        )
-        got = model(ids, attention_mask=mask, return_weights=weights)
-    assert not got.logits.isnan().any()
-    torch.testing.assert_close(got.logits[mask], expected.logits[mask], **TOL)
-    if weights:
-        assert len(got.weights) == len(expected.attentions) == model.config.num_layers
-        b, t = mask.shape
-        for ours, theirs in zip(got.weights, expected.attentions, strict=True):
-            assert ours.shape == theirs.shape == (b, model.config.num_heads, t, t)
-            # (B, H, T, T) -> query rows (B, T, H, T), the real ones
-            ours, theirs = ours.permute(0, 2, 1, 3), theirs.permute(0, 2, 1, 3)
-            torch.testing.assert_close(ours[mask], theirs[mask], **TOL)
-    return got
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -183,39 +161,30 @@ def greedy(model, ids, mask, n, *, use_cache):
     return torch.stack(new, 1)  # (B, n)
 
 
-@pytest.fixture(scope="module")
-def hf_greedy(hf_model, rows):
-    """Hugging Face generate(): 64 greedy tokens for the left-padded batch, eos not stopping."""
+@pytest.fixture(scope="module", params=[True, False], ids=["hf_cache", "hf_no_cache"])
+def hf_continuation(request, hf_model, model, rows):
+    """Hugging Face generate(): 64 greedy tokens for the left-padded batch, eos not stopping,
+    with or without its cache; with the largest attnkit-HF logit difference along them."""
     ids, mask = padded(rows, "left")
-    out = hf_model.generate(
-        ids,
-        attention_mask=mask.long(),
-        do_sample=False,
-        max_new_tokens=NEW_TOKENS,
-        eos_token_id=None,
-        pad_token_id=0,
-        output_scores=True,
-        return_dict_in_generate=True,
-    )
-    scores = torch.stack(out.scores, 1)  # (B, n, V)
-    top2 = scores.topk(2, dim=-1).values
-    # No near-tie on the path: rounding (< 1e-5 between the two models) cannot flip an argmax.
-    assert (top2[..., 0] - top2[..., 1]).min() > 1e-4
-    return out.sequences[:, ids.shape[1] :]
+    tokens, logits = hf_greedy(hf_model, ids, mask, NEW_TOKENS, use_cache=request.param)
+    assert tokens.shape == (len(rows), NEW_TOKENS)
+    return tokens, logits, logit_error(model, ids, mask, tokens, logits)
 
 
 @pytest.mark.parametrize("use_cache", [True, False])
-def test_greedy_loop_matches_hugging_face_generate(model, rows, hf_greedy, use_cache):
+def test_greedy_loop_matches_hugging_face_generate(model, rows, hf_continuation, use_cache):
+    tokens, logits, error = hf_continuation
     ids, mask = padded(rows, "left")
-    assert hf_greedy.shape == (len(rows), NEW_TOKENS)
-    assert torch.equal(greedy(model, ids, mask, NEW_TOKENS, use_cache=use_cache), hf_greedy)
+    ours = greedy(model, ids, mask, NEW_TOKENS, use_cache=use_cache)
+    assert_same_greedy(ours, tokens, logits, error, min_steps=NEW_TOKENS)
 
 
 @pytest.mark.parametrize("use_cache", [True, False])
-def test_attnkit_generate_matches_hugging_face_generate(model, rows, hf_greedy, use_cache):
+def test_attnkit_generate_matches_hugging_face_generate(model, rows, hf_continuation, use_cache):
+    tokens, logits, error = hf_continuation
     config = GenerationConfig(max_new_tokens=NEW_TOKENS, eos_ids=(), use_cache=use_cache)
     out = generate(model, rows, config)
-    assert out.tokens == hf_greedy.tolist()
+    assert_same_greedy(out.tokens, tokens, logits, error, min_steps=NEW_TOKENS)
     assert out.finish_reasons == ["length"] * len(rows)
 
 
@@ -244,17 +213,6 @@ def test_config_variants_match_hugging_face(tmp_path, tokenizer, rows, overrides
     assert model.config.tie_output == overrides.get("tie_word_embeddings", True)
     assert (model.lm_head.weight is model.embed.weight) == model.config.tie_output
     assert_matches_hf(model, hf, *padded(rows, "left"))
-
-
-def test_gpt2_small_shape_matches_hugging_face(tmp_path):
-    """The 124M shape once: parameter count, padded logits and every layer's weights."""
-    config = transformers.GPT2Config(attn_implementation="eager")
-    hf = write_hf_gpt2_folder(tmp_path, config)
-    model = GPT.from_pretrained(tmp_path)
-    assert model.num_parameters() == 124_439_808  # GPT-2 small, the published count
-    torch.manual_seed(1)
-    ids, mask = padded([torch.randint(0, 50257, (n,)).tolist() for n in (12, 7, 3)], "left")
-    assert_matches_hf(model, hf, ids, mask, weights=True)
 
 
 def test_gpt2model_checkpoint_without_prefix_and_with_mask_buffers(

@@ -14,7 +14,14 @@ Modules: :mod:`~attnkit.generation.config` (:class:`GenerationConfig`),
 :mod:`~attnkit.generation.sampling` (greedy or a seeded draw),
 :mod:`~attnkit.generation.stopping` (stop strings), :mod:`~attnkit.generation.streaming`
 (incremental detokenization), :mod:`~attnkit.generation.generate` (prefill /
-decode_one_token / the token loop), :mod:`~attnkit.generation.text` (text in, text out).
+decode_one_token / the token loop), :mod:`~attnkit.generation.text` (text in, text out),
+:mod:`~attnkit.generation.packed` (linear layers on weights prepacked for oneDNN while
+generating on a CPU).
+
+A seed makes sampling reproducible for the same prompts in the same batch. One generator draws
+for every row in turn, so what a row samples depends on the batch around it (how many rows,
+their order, which have finished): the same prompt with the same seed gives other tokens alone
+than in a batch. Greedy decoding does not depend on the batch.
 """
 
 from attnkit.generation.config import GenerationConfig

@@ -28,7 +28,7 @@ class GenerationConfig:
     repetition_penalty: float = 1.0  # CTRL's penalty on ids seen (prompt included); 1 = off
     eos_ids: tuple[int, ...] | None = None  # ids that end a row; None = the model's eos
     stop_strings: tuple[str, ...] = ()  # text that ends a row (the text is cut before it)
-    seed: int | None = None  # seeds the sampler's torch.Generator; None = not reproducible
+    seed: int | None = None  # the sampler's seed, for the same batch; None = not reproducible
     use_cache: bool = True  # False: recompute the whole prefix at every step (reference path)
 
     def __post_init__(self) -> None:

@@ -1,0 +1,141 @@
+"""Linear layers with their weights prepacked for oneDNN, while generating on a CPU.
+
+A decoding step multiplies one row per prompt by every weight of the model, so its cost is
+reading the weights from memory. ``F.linear`` does not do that at the memory's speed on a CPU:
+in float32 it calls MKL, whose matrix-vector products stream the weights at about half the
+bandwidth (on AMD processors MKL takes a generic code path), and in bfloat16 it calls oneDNN,
+which reorders the weight into its blocked layout at every call. oneDNN given a weight
+reordered once (``torch.ops.mkldnn._reorder_linear_weight``, what torch.compile's CPU backend
+does) runs close to the bandwidth. Measured on the benchmark machine (AMD EPYC, AVX-512 with
+bf16, one thread; "sum" reads the weights once, the floor):
+
+=======================================  =====  ==========  =========  =======
+weights                                  rows   F.linear    packed     sum
+=======================================  =====  ==========  =========  =======
+GPT-2 small's 48 layers, float32         1      19.2 ms     10.6 ms    9.7 ms
+GPT-2 small's 48 layers, float32         8      34.7 ms     15.0 ms    9.4 ms
+GPT-2 small's 48 layers, bfloat16        1      12.9 ms     6.1 ms     5.9 ms
+GPT-2 small's 48 layers, bfloat16        8      14.1 ms     8.6 ms     5.7 ms
+output layer 50,257 x 768, float32       1      12.9 ms     4.2 ms     3.7 ms
+output layer 50,257 x 768, float32       8      30.7 ms     6.2 ms
+output layer 50,257 x 768, bfloat16      1      8.9 ms      0.7 ms
+=======================================  =====  ==========  =========  =======
+
+The rule (:func:`packed_weight`): a float32 or bfloat16 weight on a CPU, torch built with
+oneDNN (bfloat16 only where oneDNN runs it), no gradient wanted; anything else, or a weight
+oneDNN refuses, takes ``F.linear``. Both compute the same product; only the order of the float
+additions differs (about 1e-7 relative in float32).
+
+:func:`packed_linears` routes every ``nn.Linear`` of a model through its packed weight for the
+duration of a ``with`` block, without changing the modules' code (each instance's ``forward``
+is replaced, and restored on exit). A packed weight is made once and kept while its weight is
+unchanged (keyed on the tensor's storage and version counter, so optimizer steps and
+``load_state_dict`` are seen; writes through ``.data`` are not: call :func:`release`). The
+copies cost the weights' size again in memory, freed with the model or by :func:`release`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["linear", "packed_linears", "packed_weight", "release"]
+
+# nn.Linear -> (key of the weight it was made from, packed weight or None if oneDNN refused)
+_PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _mkldnn_ops() -> bool:
+    ops = torch.ops.mkldnn
+    try:
+        return bool(ops._linear_pointwise and ops._reorder_linear_weight)
+    except (AttributeError, RuntimeError):  # a torch built without oneDNN
+        return False
+
+
+_HAS_MKLDNN = torch.backends.mkldnn.is_available() and _mkldnn_ops()
+
+
+def _packable(weight: Tensor) -> bool:
+    """The rule (module docstring), before asking oneDNN."""
+    if not _HAS_MKLDNN or weight.device.type != "cpu" or weight.dim() != 2:
+        return False
+    if weight.dtype == torch.bfloat16:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return weight.dtype == torch.float32
+
+
+def _key(weight: Tensor) -> tuple:
+    # Inference tensors keep no version counter; they cannot change outside inference mode.
+    version = None if weight.is_inference() else weight._version
+    return (weight.data_ptr(), version, tuple(weight.shape), weight.dtype)
+
+
+def packed_weight(module: nn.Linear) -> Tensor | None:
+    """``module.weight`` reordered for oneDNN (made once, kept while the weight is unchanged),
+    or None where the rule says ``F.linear``."""
+    weight = module.weight
+    if not _packable(weight):
+        return None
+    key = _key(weight)
+    entry = _PACKED.get(module)
+    if entry is None or entry[0] != key:
+        try:
+            with torch.no_grad():
+                packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+        except RuntimeError:  # e.g. bfloat16 with oneDNN limited to an older instruction set
+            packed = None
+        entry = (key, packed)
+        _PACKED[module] = entry
+    return entry[1]
+
+
+def linear(x: Tensor, module: nn.Linear, packed: Tensor | None) -> Tensor:
+    """``module(x)`` with the ``packed`` weight from :func:`packed_weight` (None: ``F.linear``).
+
+    Args:
+        x: (..., in_features) in the weight's dtype.
+    """
+    if packed is None or torch.is_grad_enabled() or x.dtype != module.weight.dtype:
+        return F.linear(x, module.weight, module.bias)
+    return torch.ops.mkldnn._linear_pointwise(x, packed, module.bias, "none", [], "")  # (..., out)
+
+
+@contextmanager
+def packed_linears(model: nn.Module) -> Iterator[None]:
+    """Within the block, every plain ``nn.Linear`` of ``model`` with a packable weight runs on
+    its packed weight (gradient-free calls only; others take ``F.linear`` as usual)."""
+    patched = []
+    for module in model.modules():
+        # Only plain nn.Linear (subclasses may compute something else), and not twice.
+        if type(module) is not nn.Linear or "forward" in module.__dict__:
+            continue
+        packed = packed_weight(module)
+        if packed is not None:
+            module.forward = _forward(module, packed)
+            patched.append(module)
+    try:
+        yield
+    finally:
+        for module in patched:
+            module.__dict__.pop("forward", None)
+
+
+def _forward(module: nn.Linear, packed: Tensor):
+    ref = weakref.ref(module)  # the module holds this function: no reference cycle through it
+
+    def forward(x: Tensor) -> Tensor:
+        return linear(x, ref(), packed)
+
+    return forward
+
+
+def release(model: nn.Module) -> None:
+    """Forget the packed weights of ``model``'s linear layers (frees their memory)."""
+    for module in model.modules():
+        _PACKED.pop(module, None)

@@ -1,0 +1,130 @@
+"""Linear layers on prepacked weights: the same products as ``F.linear``, a packed weight made
+once and remade when the weight changes, and ``packed_linears`` patching only for its block."""
+
+import pytest
+import torch
+from torch import nn
+
+import attnkit.generation.packed as packed
+from attnkit.generation import GenerationConfig, generate
+from attnkit.generation.packed import linear, packed_linears, packed_weight, release
+from attnkit.models import GPT, GPTConfig
+
+pytestmark = pytest.mark.skipif(not packed._HAS_MKLDNN, reason="torch built without oneDNN")
+
+
+def tiny_gpt() -> GPT:
+    config = GPTConfig(
+        vocab_size=97, context_length=32, d_model=32, num_heads=4, num_layers=2, d_ff=64,
+        bos_token_id=0, eos_token_id=0, initializer_range=0.3,
+    )  # fmt: skip
+    return GPT(config).eval()
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(3, 48), (2, 5, 48), (1, 1, 48)])
+def test_float32_packed_product_equals_f_linear(bias, shape):
+    torch.manual_seed(0)
+    module = nn.Linear(48, 70, bias=bias)
+    x = torch.randn(shape)
+    weight = packed_weight(module)
+    assert weight is not None
+    with torch.inference_mode():
+        got = linear(x, module, weight)
+        strided = linear(torch.randn(shape[0], 3, 48)[:, -1], module, weight)  # a (B, D) view
+    assert got.shape == (*shape[:-1], 70)
+    torch.testing.assert_close(got, nn.functional.linear(x, module.weight, module.bias))
+    assert strided.shape == (shape[0], 70)
+
+
+def test_bfloat16_packed_product_is_close_to_f_linear():
+    torch.manual_seed(0)
+    module = nn.Linear(64, 40).to(torch.bfloat16)
+    x = torch.randn(4, 64, dtype=torch.bfloat16)
+    weight = packed_weight(module)  # None where oneDNN cannot run bfloat16: F.linear then
+    with torch.inference_mode():
+        got = linear(x, module, weight).float()
+    expected = nn.functional.linear(x.float(), module.weight.float(), module.bias.float())
+    torch.testing.assert_close(got, expected, atol=3e-2, rtol=2e-2)
+
+
+def test_other_dtypes_and_gradients_take_f_linear():
+    module = nn.Linear(8, 4).double()
+    assert packed_weight(module) is None
+    module = nn.Linear(8, 4)
+    weight = packed_weight(module)
+    x = torch.randn(2, 8, requires_grad=True)
+    out = linear(x, module, weight)  # grad enabled: the autograd-aware F.linear
+    assert out.grad_fn is not None
+    assert torch.equal(out, nn.functional.linear(x, module.weight, module.bias))
+
+
+def test_packed_weight_is_reused_and_remade_after_a_change():
+    module = nn.Linear(16, 8)
+    first = packed_weight(module)
+    assert packed_weight(module) is first
+    with torch.no_grad():
+        module.weight.mul_(2)  # in place: the version counter moves
+    second = packed_weight(module)
+    assert second is not first
+    module.load_state_dict({"weight": torch.ones(8, 16), "bias": torch.zeros(8)})
+    x = torch.randn(3, 16)
+    with torch.inference_mode():
+        torch.testing.assert_close(
+            linear(x, module, packed_weight(module)), x.sum(-1)[:, None].expand(3, 8)
+        )
+    release(nn.Sequential(module))
+    assert module not in packed._PACKED
+
+
+def test_packed_linears_patches_only_within_its_block(monkeypatch):
+    model = tiny_gpt()
+    calls = []
+    real = packed.linear
+    monkeypatch.setattr(packed, "linear", lambda *a: calls.append(1) or real(*a))
+    ids = torch.randint(0, 97, (2, 7))
+    with torch.inference_mode():
+        plain = model(ids).logits
+        assert not calls
+        with packed_linears(model):
+            with packed_linears(model):  # nested: patched once, restored by the outer block
+                fast = model(ids).logits
+            assert len(calls) == 2 * 4 + 1  # 4 linear layers per block and the head
+            model(ids)
+        assert len(calls) == 2 * 9
+        model(ids)
+    assert len(calls) == 2 * 9
+    assert not any("forward" in m.__dict__ for m in model.modules())
+    torch.testing.assert_close(fast, plain, atol=1e-5, rtol=0)
+
+
+def test_packed_linears_restores_after_an_error():
+    model = tiny_gpt()
+    with pytest.raises(RuntimeError, match="boom"), packed_linears(model):
+        assert "forward" in model.lm_head.__dict__
+        raise RuntimeError("boom")
+    assert not any("forward" in m.__dict__ for m in model.modules())
+
+
+def test_training_after_generation_uses_autograd_and_the_new_weights():
+    """Generation leaves the model as it was: trainable, and its next generation follows the
+    trained weights (the packed copies are remade)."""
+    torch.manual_seed(0)
+    model = tiny_gpt()
+    config = GenerationConfig(max_new_tokens=6, eos_ids=())
+    before = generate(model, [[1, 2, 3]], config).tokens
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    model.train()
+    loss = model(torch.tensor([[1, 2, 3, 4]])).logits.logsumexp(-1).mean()
+    loss.backward()
+    optimizer.step()
+    model.eval()
+    with torch.inference_mode():
+        ids = torch.tensor([[1, 2, 3]])
+        expected = []
+        for _ in range(6):  # greedy, written out with the model's plain forward
+            expected.append(int(model(ids).logits[0, -1].argmax()))
+            ids = torch.cat([ids, torch.tensor([[expected[-1]]])], 1)
+    after = generate(model, [[1, 2, 3]], config).tokens
+    assert after == [expected]
+    assert before != after
