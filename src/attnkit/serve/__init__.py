@@ -11,6 +11,7 @@ prompt that streams).
 Modules: :mod:`~attnkit.serve.settings` (:class:`ServeSettings`),
 :mod:`~attnkit.serve.loading` (the models), :mod:`~attnkit.serve.batcher` (dynamic batching),
 :mod:`~attnkit.serve.jobs` (generations and captures off the event loop),
+:mod:`~attnkit.serve.memory` (freed memory back to the system when idle),
 :mod:`~attnkit.serve.services` (what each endpoint does with its model),
 :mod:`~attnkit.serve.schemas` (request and response bodies), :mod:`~attnkit.serve.limits`
 and :mod:`~attnkit.serve.errors` (limits and JSON errors), :mod:`~attnkit.serve.metrics`
