@@ -136,3 +136,10 @@ def test_resume_may_not_change_the_task():
 
 def test_tiny_lm_helper_is_a_valid_dict():
     assert TrainConfig.from_dict(TINY_LM).task == "lm"
+
+
+@pytest.mark.parametrize("name,tokenizer", [("char", "char"), ("bpe", "bpe")])
+def test_shipped_shakespeare_configs_read(name, tokenizer):
+    c = TrainConfig.from_toml(CONFIGS / f"shakespeare_{name}_gpt.toml")
+    assert c.task == "lm" and c.data.tokenizer == tokenizer and c.data.corpus == "shakespeare"
+    assert c.optim.schedule == "cosine" and c.optim.max_minutes == 60
