@@ -276,7 +276,12 @@ def budget(args, config: TrainConfig, val: str) -> None:
 
     out = Path(tempfile.mkdtemp(prefix="train_lm_bench_"))
     budgeted = config.with_overrides(
-        [f"optim.max_minutes={args.budget_minutes}", "optim.max_steps=0", "optim.max_epochs=0"]
+        [
+            f"optim.max_minutes={args.budget_minutes}",
+            "optim.max_steps=0",
+            "optim.max_epochs=0",
+            f"optim.threads={torch.get_num_threads()}",  # the threads the baseline had
+        ]
     )
     result = train(budgeted, out / "run", progress=False)
     ours = result.metrics["val_nats_per_char"]
