@@ -46,6 +46,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from attnkit.files import fsync_folder, write_file
+
 logger = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
@@ -465,27 +467,10 @@ def _fsync_file(path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # e.g. Windows cannot open folders; rename is still atomic there
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Writes a file via a temporary file in the same folder, fsync and ``os.replace``."""
-    path = Path(path)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    """Writes a file whole or not at all: :func:`attnkit.files.write_file` (a temporary file in
+    the same folder, fsync, ``os.replace``, the folder fsynced)."""
+    write_file(path, text)
 
 
 def is_attnkit_folder(folder: str | os.PathLike[str], extra_files: Iterable[str] = ()) -> bool:
@@ -575,7 +560,7 @@ def atomic_folder(
             raise ValueError(f"atomic_folder: {stray} are not model-folder files; pass extra_files")
         for path in tmp.iterdir():
             _fsync_file(path)
-        _fsync_dir(tmp)
+        fsync_folder(tmp, strict=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -588,7 +573,7 @@ def atomic_folder(
             os.rename(old, folder)
         shutil.rmtree(tmp, ignore_errors=True)
         raise ValueError(f"{what} {os.fspath(folder)!r}: cannot replace it ({err})") from None
-    _fsync_dir(folder.parent)
+    fsync_folder(folder.parent, strict=True)
     if old.exists():
         shutil.rmtree(old)
     _remove_stale(folder, extra)

@@ -1,5 +1,7 @@
-"""Checks shared by the commands: numeric flags, devices, output paths and text arguments;
-and :func:`write_file`, the one writer of the files the commands and plots produce.
+"""Checks shared by the commands: numeric flags, devices, output paths and text arguments.
+
+:func:`write_file` and :func:`write_text`, the writer of the files the commands produce, live in
+:mod:`attnkit.files` (the library uses them too) and are re-exported here.
 
 Numeric flags are checked by argparse ``type`` functions, so a bad value ends in argparse's
 usage line and ``attnkit CMD: error: argument --beam: expected an integer >= 1, got '0'``
@@ -12,8 +14,24 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import stat
 from pathlib import Path
+
+from attnkit.files import unwritable_kind, write_file, write_text
+
+__all__ = [
+    "MAX_BATCH_SIZE",
+    "STDIN",
+    "batch_size",
+    "check_input_path",
+    "check_output_path",
+    "check_text_argument",
+    "integer",
+    "real",
+    "resolve_device",
+    "threads",
+    "write_file",
+    "write_text",
+]
 
 STDIN = "-"
 # The most texts or prompts a command runs through the model at once (--batch-size): far
@@ -132,7 +150,7 @@ def check_output_path(path: str | os.PathLike, flag: str) -> Path:
         raise ValueError(f"{flag}: expected a file name, got an empty string")
     if out.is_dir():
         raise ValueError(f"{flag}: {str(out)!r} is a directory, expected a file name")
-    kind = _unwritable_kind(out)
+    kind = unwritable_kind(out)
     if kind is not None:
         raise ValueError(f"{flag}: {str(out)!r} is {kind}, expected a file name")
     target = Path(os.path.realpath(out)) if out.is_symlink() else out
@@ -180,104 +198,3 @@ def check_text_argument(text: str, what: str) -> str:
                 f"{what}: not valid UTF-8 (byte 0x{ord(ch) - 0xDC00:02x} at character {i + 1})"
             )
     return text
-
-
-_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISBLK, "a block device"),
-)
-
-
-def _unwritable_kind(path: Path) -> str | None:
-    """What ``path`` (followed through symbolic links) is when no output may go there: a
-    directory, a socket, a block device or another special file; None for a regular file, a
-    character device, a FIFO or nothing."""
-    try:
-        mode = os.stat(path).st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    if stat.S_ISREG(mode) or stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
-        return None
-    return next((kind for test, kind in _KINDS if test(mode)), "a special file")
-
-
-def write_file(path: str | os.PathLike, data: str | bytes) -> Path:
-    """Write ``data`` (text as UTF-8) to ``path`` whole or not at all; returns ``path``.
-
-    A regular file (or a new one) is written to a temporary file in the same folder, which is
-    fsynced and then renamed over the target with ``os.replace``, so a full disk or an
-    interrupt never leaves half an output behind and the old file stays as it was; the
-    target's permission bits (and, when allowed, owner) are kept, and the folder is fsynced
-    after the rename (best effort). A symbolic link stays a link: its target is written. A
-    character device or a FIFO (``/dev/stdout``, a named pipe) is written directly: renaming
-    over it would replace the device by a file.
-
-    Raises:
-        ValueError: if ``path`` is a directory, a socket, a block device or another special
-            file (naming it).
-        OSError: if writing fails (e.g. a full disk); the error names ``path``, and no
-            temporary file is left behind.
-    """
-    given = os.fspath(path)
-    kind = _unwritable_kind(Path(given))
-    if kind is not None:
-        raise ValueError(f"{given!r} is {kind}, expected a file to write")
-    blob = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    target = Path(os.path.realpath(given))  # through symbolic links: a link stays a link
-    try:
-        old = os.stat(target)
-    except FileNotFoundError:
-        old = None
-    try:
-        if old is not None and not stat.S_ISREG(old.st_mode):  # a character device or FIFO
-            with open(target, "wb") as f:
-                f.write(blob)
-            return Path(given)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                f.write(blob)
-                f.flush()
-                os.fsync(f.fileno())
-            if old is not None:
-                _keep_mode_and_owner(tmp, old)
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
-    except OSError as err:
-        if err.errno is not None and (err.filename is None or os.fspath(err.filename) != given):
-            # Name the file the user gave, not the temporary file or the resolved link.
-            raise OSError(err.errno, err.strerror or str(err), given) from err
-        raise
-    _fsync_folder(target.parent)
-    return Path(given)
-
-
-def write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` whole or not at all (see :func:`write_file`)."""
-    write_file(path, text)
-
-
-def _keep_mode_and_owner(tmp: Path, old: os.stat_result) -> None:
-    os.chmod(tmp, stat.S_IMODE(old.st_mode))
-    if hasattr(os, "chown") and (old.st_uid, old.st_gid) != (os.getuid(), os.getgid()):
-        try:
-            os.chown(tmp, old.st_uid, old.st_gid)
-        except OSError:  # only root may give a file away; the file keeps its mode anyway
-            pass
-
-
-def _fsync_folder(folder: Path) -> None:
-    """fsync a folder so that a rename in it survives a power loss (best effort: some file
-    systems and platforms cannot open or sync a folder)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from attnkit import model_folder as mf
+from attnkit.files import write_text
 from attnkit.training import checkpoint as ckpt
 from attnkit.training.averaging import STEPS_DIR, step_checkpoints
 from attnkit.training.budget import Budget, Clock, RunClock
@@ -228,7 +229,7 @@ class Trainer:
         else:
             self.metrics.truncate_after(-1)  # a run that stopped before its first checkpoint
         if info.is_main:
-            ckpt.write_text_atomic(self.out_dir / "config.toml", cfg.to_toml())
+            write_text(self.out_dir / "config.toml", cfg.to_toml())
         self.loss_module = self.task.loss_module(self.model)
         self.train_module = self.loss_module
         if o.compile:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from attnkit.cli.options import write_file
+from attnkit.files import write_file
 from attnkit.viz.capture import AttentionMaps
 
 __all__ = ["render_html", "write_html"]
@@ -103,6 +103,6 @@ def render_html(
 def write_html(maps: AttentionMaps, out: str | os.PathLike[str], **kwargs) -> Path:
     """Write :func:`render_html` (same keyword arguments) to ``out``; returns the path.
 
-    The page is written whole or not at all (:func:`~attnkit.cli.options.write_file`: a
+    The page is written whole or not at all (:func:`~attnkit.files.write_file`: a
     temporary file, fsync, rename), so a full disk leaves an earlier page as it was."""
     return write_file(out, render_html(maps, **kwargs))

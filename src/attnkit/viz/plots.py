@@ -24,8 +24,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from attnkit.cli.options import write_file
 from attnkit.extras import require
+from attnkit.files import write_file
 
 # matplotlib is the `plot` extra: a clear ImportError naming it when it is missing.
 matplotlib = require("matplotlib", extra="plot", feature="attnkit.viz.plots")
@@ -94,7 +94,7 @@ def _vmax(w: Tensor) -> float:
 
 def _save(fig: Figure, out: str | os.PathLike[str] | None) -> Figure:
     """Saves ``fig`` to ``out`` whole or not at all (rendered in memory, then written by
-    :func:`~attnkit.cli.options.write_file`: temporary file, fsync, rename)."""
+    :func:`~attnkit.files.write_file`: temporary file, fsync, rename)."""
     if out is not None:
         name = os.fspath(out)
         fmt = os.path.splitext(name)[1][1:].lower()

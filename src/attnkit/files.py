@@ -1,0 +1,120 @@
+"""Writing one file whole or not at all: :func:`write_file`, the one writer of the single files
+attnkit produces (plots, HTML pages, ``translate --output``, a run's ``config.toml`` and
+``metrics.jsonl``), and the folder fsync the folder writer shares.
+
+It sits at the bottom of the package (it imports nothing from attnkit), so the library
+(``model_folder``, ``viz``, ``training``) and the command line all use the same writer.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+__all__ = ["fsync_folder", "unwritable_kind", "write_file", "write_text"]
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def unwritable_kind(path: str | os.PathLike) -> str | None:
+    """What ``path`` (followed through symbolic links) is when no output may go there: a
+    directory, a socket, a block device or another special file; None for a regular file, a
+    character device, a FIFO or nothing."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return None
+    return next((kind for test, kind in _KINDS if test(mode)), "a special file")
+
+
+def write_file(path: str | os.PathLike, data: str | bytes) -> Path:
+    """Write ``data`` (text as UTF-8) to ``path`` whole or not at all; returns ``path``.
+
+    A regular file (or a new one) is written to a temporary file in the same folder, which is
+    fsynced and then renamed over the target with ``os.replace``, so a full disk or an
+    interrupt never leaves half an output behind and the old file stays as it was; the
+    target's permission bits (and, when allowed, owner) are kept, and the folder is fsynced
+    after the rename (best effort). A symbolic link stays a link: its target is written. A
+    character device or a FIFO (``/dev/stdout``, a named pipe) is written directly: renaming
+    over it would replace the device by a file.
+
+    Raises:
+        ValueError: if ``path`` is a directory, a socket, a block device or another special
+            file (naming it).
+        OSError: if writing fails (e.g. a full disk); the error names ``path``, and no
+            temporary file is left behind.
+    """
+    given = os.fspath(path)
+    kind = unwritable_kind(given)
+    if kind is not None:
+        raise ValueError(f"{given!r} is {kind}, expected a file to write")
+    blob = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    target = Path(os.path.realpath(given))  # through symbolic links: a link stays a link
+    try:
+        old = os.stat(target)
+    except FileNotFoundError:
+        old = None
+    try:
+        if old is not None and not stat.S_ISREG(old.st_mode):  # a character device or FIFO
+            with open(target, "wb") as f:
+                f.write(blob)
+            return Path(given)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(blob)
+                f.flush()
+                os.fsync(f.fileno())
+            if old is not None:
+                _keep_mode_and_owner(tmp, old)
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+    except OSError as err:
+        if err.errno is not None and (err.filename is None or os.fspath(err.filename) != given):
+            # Name the file the user gave, not the temporary file or the resolved link.
+            raise OSError(err.errno, err.strerror or str(err), given) from err
+        raise
+    fsync_folder(target.parent)
+    return Path(given)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` whole or not at all (see :func:`write_file`)."""
+    write_file(path, text)
+
+
+def _keep_mode_and_owner(tmp: Path, old: os.stat_result) -> None:
+    os.chmod(tmp, stat.S_IMODE(old.st_mode))
+    if hasattr(os, "chown") and (old.st_uid, old.st_gid) != (os.getuid(), os.getgid()):
+        try:
+            os.chown(tmp, old.st_uid, old.st_gid)
+        except OSError:  # only root may give a file away; the file keeps its mode anyway
+            pass
+
+
+def fsync_folder(folder: str | os.PathLike, *, strict: bool = False) -> None:
+    """fsync a folder so that a rename in it survives a power loss.
+
+    Best effort: a folder that cannot be opened (some platforms) is skipped, and so is an
+    fsync that fails, unless ``strict`` (then its OSError is raised: the folder writer's
+    temporary folder must reach the disk before it is renamed into place).
+    """
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        if strict:
+            raise
+    finally:
+        os.close(fd)
