@@ -7,6 +7,7 @@ Reference readers and writers are the safetensors library's own (``load_file`` /
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pickle
@@ -325,6 +326,62 @@ def test_a_failed_write_leaves_the_previous_folder_and_no_temporary(tmp_path):
         raise RuntimeError("disk full")
     assert contents(folder) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_an_os_error_while_writing_names_the_folder_being_written(tmp_path):
+    """A write that fails inside the temporary folder is reported on the folder the caller
+    asked for (the file in it in the message); an error about a file elsewhere is untouched."""
+    folder = good_folder(tmp_path / "out")
+    before = contents(folder)
+    with pytest.raises(OSError) as info, mf.atomic_folder(folder) as tmp:
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp / mf.TOKENIZER_FILE))
+    assert (info.value.errno, info.value.filename) == (errno.ENOSPC, str(folder))
+    assert info.value.strerror == "No space left on device (writing tokenizer.json)"
+    with pytest.raises(OSError) as info, mf.atomic_folder(folder):
+        raise OSError(errno.ENOSPC, "No space left on device")  # e.g. from fsync
+    assert (info.value.filename, info.value.strerror) == (str(folder), "No space left on device")
+    elsewhere = str(tmp_path / "source.txt")
+    with pytest.raises(PermissionError) as info, mf.atomic_folder(folder):
+        raise PermissionError(errno.EACCES, "Permission denied", elsewhere)
+    assert info.value.filename == elsewhere
+    assert contents(folder) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_safetensors_failed_write_is_an_os_error_naming_the_file(tmp_path, monkeypatch):
+    """safetensors reports a full disk as SafetensorError("... (os error 28)"): it becomes
+    OSError(ENOSPC) naming the file; a SafetensorError without an OS error stays itself."""
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    def full(*args, **kwargs):
+        raise SafetensorError(
+            "Error while serializing: I/O error: No space left on device (os error 28)"
+        )
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    path = tmp_path / mf.WEIGHTS_FILE
+    with pytest.raises(OSError) as info:
+        mf.write_weights(path, Tied())
+    assert (info.value.errno, info.value.filename) == (errno.ENOSPC, str(path))
+    assert isinstance(info.value.__cause__, SafetensorError)
+
+    def other(*args, **kwargs):
+        raise SafetensorError("some other failure")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", other)
+    with pytest.raises(SafetensorError, match="some other failure"):
+        mf.write_weights(path, Tied())
+
+
+def test_write_bytes_names_the_file_when_the_write_fails(tmp_path, monkeypatch):
+    def full(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")  # as file.write raises it
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    with pytest.raises(OSError) as info:
+        mf.write_json(tmp_path / "state.json", {"step": 1})
+    assert (info.value.errno, info.value.filename) == (errno.ENOSPC, str(tmp_path / "state.json"))
 
 
 def test_a_stray_file_in_the_new_folder_is_an_error_before_the_swap(tmp_path):

@@ -404,9 +404,23 @@ def load_weights(
 # --------------------------------------------------------------------------- writing
 
 
+def write_bytes(path: str | os.PathLike[str], data: bytes | memoryview) -> None:
+    """Writes ``data`` to ``path`` (not atomic: use inside :func:`atomic_folder`).
+
+    Raises:
+        OSError: If writing fails (e.g. a full disk), naming ``path``.
+    """
+    try:
+        Path(path).write_bytes(data)
+    except OSError as err:
+        if err.errno is not None and err.filename is None:  # write() names no file
+            raise OSError(err.errno, err.strerror, os.fspath(path)) from err
+        raise
+
+
 def write_json(path: str | os.PathLike[str], data: Mapping[str, Any]) -> None:
     """Writes ``data`` as indented JSON (not atomic: use inside :func:`atomic_folder`)."""
-    Path(path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    write_bytes(path, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
 
 
 def write_weights(
@@ -427,7 +441,11 @@ def write_weights(
         weights: A module (its ``state_dict()``) or name -> tensor.
         dtype: Cast floating tensors to this dtype (e.g. bfloat16 to halve the file).
         metadata: More string key/values for the header.
+
+    Raises:
+        OSError: If the file cannot be written (e.g. a full disk), naming ``path``.
     """
+    from safetensors import SafetensorError
     from safetensors.torch import save_file
 
     state = weights.state_dict() if isinstance(weights, nn.Module) else dict(weights)
@@ -457,9 +475,23 @@ def write_weights(
         if storages.get(tensor.untyped_storage().data_ptr(), 0) > 1:
             tensor = tensor.clone()
         out[name] = tensor
-    save_file(
-        out, os.fspath(path), metadata={"format": "pt", **(metadata or {}), WRITER_KEY: WRITER}
-    )
+    try:
+        save_file(
+            out, os.fspath(path), metadata={"format": "pt", **(metadata or {}), WRITER_KEY: WRITER}
+        )
+    except SafetensorError as err:
+        # A failed write (a full disk: "... I/O error: No space left on device (os error 28)")
+        # becomes the OSError it is, naming the file, so that callers and the command line
+        # treat it like any failed write.
+        found = _OS_ERROR.search(str(err))
+        if found is None:
+            raise
+        code = int(found.group(1))
+        raise OSError(code, os.strerror(code), os.fspath(path)) from err
+
+
+# How safetensors' (Rust) I/O errors end: the operating system's error number.
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
 
 def _fsync_file(path: Path) -> None:
@@ -536,6 +568,8 @@ def atomic_folder(
             wrote (:func:`check_replaceable`), or its parent cannot be written; after the
             writes, if they put a file in the folder that is not in :data:`FOLDER_FILES` or
             ``extra_files`` (the folder would no longer be recognised).
+        OSError: If writing or flushing a file fails (e.g. a full disk), naming ``folder``
+            (and the file in it); ``folder`` is untouched.
     """
     folder = Path(folder)
     extra = frozenset(extra_files)
@@ -561,6 +595,12 @@ def atomic_folder(
         for path in tmp.iterdir():
             _fsync_file(path)
         fsync_folder(tmp, strict=True)
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        named = _naming_folder(err, folder, tmp)
+        if named is err:
+            raise
+        raise named from err
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -577,6 +617,25 @@ def atomic_folder(
     if old.exists():
         shutil.rmtree(old)
     _remove_stale(folder, extra)
+
+
+def _naming_folder(err: OSError, folder: Path, tmp: Path) -> OSError:
+    """``err`` naming ``folder`` (the folder being written) where it named nothing or a file
+    in the temporary folder; the file inside is kept in the message. ``err`` itself when it
+    names a file elsewhere (e.g. one being read), has no error number, or is also a
+    ValueError (:class:`MissingFileError`)."""
+    if err.errno is None or isinstance(err, ValueError):
+        return err
+    inside = None
+    if err.filename is not None:
+        try:
+            inside = Path(os.fsdecode(err.filename)).relative_to(tmp)
+        except ValueError:
+            return err
+    text = err.strerror or os.strerror(err.errno)
+    if inside is not None and inside.parts:
+        text = f"{text} (writing {inside})"
+    return OSError(err.errno, text, os.fspath(folder))
 
 
 def _remove_stale(folder: Path, extra: frozenset[str]) -> None:

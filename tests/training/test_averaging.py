@@ -251,12 +251,6 @@ def test_a_full_disk_leaves_an_earlier_average_and_no_temporary_folder(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["avg"]  # no avg.tmp-*, avg.old-*
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="model_folder.write_weights lets safetensors' own error for a full disk "
-    "(SafetensorError, not an OSError) through, so the command line shows a traceback; "
-    "it should become an OSError naming the file (model_folder.py is not this test's module)",
-)
 def test_a_full_disk_inside_safetensors_is_one_line(run_dir, tmp_path, monkeypatch, capsys):
     """What safetensors raises when the disk fills while it writes (its Rust I/O error)."""
     import safetensors.torch

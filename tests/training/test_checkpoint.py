@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -14,6 +17,7 @@ from attnkit.models import Transformer, TransformerConfig
 from attnkit.training import checkpoint as ckpt
 from attnkit.training.config import TrainConfig
 from tests.helpers.bad_files import BAD_JSON
+from tests.helpers.training import ROOT, subprocess_env
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +131,60 @@ def test_a_full_disk_leaves_the_previous_checkpoint_and_no_temporary_folder(
     assert {p.name: p.read_bytes() for p in (tmp_path / "last").iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last"]
     assert ckpt.read_state(tmp_path / "last")["step"] == 1
+
+
+# A process whose files may not grow past a limit (RLIMIT_FSIZE, SIGXFSZ ignored): every write
+# past it fails with EFBIG, at the same system call a full disk fails at with ENOSPC, inside
+# safetensors and torch.save as much as in Python.
+_FILE_SIZE_LIMIT = """
+import json, resource, signal, sys
+from pathlib import Path
+import torch
+from tests.training.test_checkpoint import make, save
+from attnkit.data import SubwordTokenizer
+
+out, where = Path(sys.argv[1]), sys.argv[2]
+tokenizer = SubwordTokenizer.train(["ab ab ba", "ba ab"] * 10, vocab_size=270)
+model, config = make(tokenizer)
+save(out / "last", model, config, tokenizer, 1, resume={"rng": torch.arange(3)})
+sizes = {p.name: p.stat().st_size for p in (out / "last").iterdir()}
+others = max(n for name, n in sizes.items() if name not in ("model.safetensors", "resume.pt"))
+# "weights": only model.safetensors is too big; "resume": only resume.pt is.
+limit = others + 1 if where == "weights" else sizes["model.safetensors"] + 1
+assert sizes["model.safetensors"] > limit or where == "resume", sizes
+big = torch.zeros(limit)  # 4 bytes a number: resume.pt outgrows the limit
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+try:
+    save(out / "last", model, config, tokenizer, 2, resume={"rng": torch.arange(4), "big": big})
+except Exception as err:
+    print(json.dumps({"type": type(err).__name__, "errno": getattr(err, "errno", None),
+                      "filename": getattr(err, "filename", None), "text": str(err)}))
+"""
+
+
+@pytest.mark.parametrize("where", ["weights", "resume"])
+def test_a_write_the_file_system_refuses_is_an_os_error_naming_the_folder(tmp_path, where):
+    """safetensors (weights) and torch.save (resume.pt) meet a real failed write: it comes out
+    as an OSError naming the checkpoint folder, never SafetensorError or torch's RuntimeError
+    ("unexpected pos"); the previous checkpoint stays and no temporary folder remains."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FILE_SIZE_LIMIT, str(tmp_path), where],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=subprocess_env(),
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    error = json.loads(done.stdout.splitlines()[-1])
+    assert error["type"] == "OSError" and error["errno"] == errno.EFBIG, error
+    assert error["filename"] == str(tmp_path / "last"), error
+    file = "model.safetensors" if where == "weights" else "resume.pt"
+    assert f"(writing {file})" in error["text"], error
+    assert ckpt.read_state(tmp_path / "last")["step"] == 1
+    assert torch.equal(ckpt.load_resume_state(tmp_path / "last")["rng"], torch.arange(3))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last"]
 
 
 def test_partial_folders_are_never_picked(tmp_path, tokenizer):

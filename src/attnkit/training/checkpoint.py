@@ -24,6 +24,7 @@ replaced (:func:`attnkit.model_folder.check_replaceable`).
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 from pathlib import Path
@@ -97,13 +98,20 @@ def save_checkpoint(
 
     Raises:
         ValueError: If ``folder`` exists and is not a folder attnkit wrote.
+        OSError: If a file cannot be written (e.g. a full disk), naming ``folder``; the
+            previous checkpoint there is left as it was.
     """
     folder = Path(folder)
     with mf.atomic_folder(folder, what="checkpoint folder") as tmp:
         write_model_files(tmp, model, config, tokenizer)
         mf.write_json(tmp / mf.STATE_FILE, state)
         if resume is not None:
-            torch.save(resume, tmp / mf.RESUME_FILE)
+            # Serialised in memory, then written by Python: torch.save straight into the file
+            # reports a full disk as RuntimeError("[enforce fail at inline_container.cc...]
+            # unexpected pos"); this way it is the OSError it is, naming the file.
+            buffer = io.BytesIO()
+            torch.save(resume, buffer)
+            mf.write_bytes(tmp / mf.RESUME_FILE, buffer.getbuffer())
     return folder
 
 
