@@ -125,6 +125,16 @@ def test_a_full_disk_leaves_the_old_file_and_no_temporary_file(tmp_path, monkeyp
     assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_default_file_mode_is_what_a_new_file_gets(tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        (tmp_path / "new").touch()
+        assert files.default_file_mode() == stat.S_IMODE((tmp_path / "new").stat().st_mode)
+    finally:
+        os.umask(old)
+
+
 def _attnkit_imports(path: Path) -> set[str]:
     """Every attnkit module ``path`` imports, at the top or inside a function."""
     found = set()

@@ -12,6 +12,7 @@ import json
 import os
 import pickle
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -382,6 +383,26 @@ def test_write_bytes_names_the_file_when_the_write_fails(tmp_path, monkeypatch):
     with pytest.raises(OSError) as info:
         mf.write_json(tmp_path / "state.json", {"step": 1})
     assert (info.value.errno, info.value.filename) == (errno.ENOSPC, str(tmp_path / "state.json"))
+
+
+@pytest.fixture(params=[0o022, 0o027])
+def umask(request):
+    """The process umask set to ``request.param`` for the test, then put back."""
+    old = os.umask(request.param)
+    yield request.param
+    os.umask(old)
+
+
+def test_the_weights_file_gets_the_mode_of_the_other_files(tmp_path, umask):
+    """safetensors alone writes 0o600; write_weights gives model.safetensors what open() gives
+    the folder's other files under the umask."""
+    folder = good_folder(tmp_path / "out")
+    reference = tmp_path / "reference"
+    reference.touch()  # a plain new file: what the umask allows
+    expected = stat.S_IMODE(reference.stat().st_mode)
+    assert expected == 0o666 & ~umask
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()}
+    assert modes == {name: expected for name in modes} and mf.WEIGHTS_FILE in modes
 
 
 def test_a_stray_file_in_the_new_folder_is_an_error_before_the_swap(tmp_path):

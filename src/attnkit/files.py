@@ -12,7 +12,7 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["fsync_folder", "unwritable_kind", "write_file", "write_text"]
+__all__ = ["default_file_mode", "fsync_folder", "unwritable_kind", "write_file", "write_text"]
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -118,3 +118,22 @@ def fsync_folder(folder: str | os.PathLike, *, strict: bool = False) -> None:
             raise
     finally:
         os.close(fd)
+
+
+def default_file_mode() -> int:
+    """The permission bits ``open(path, "w")`` gives a new file: ``0o666 & ~umask``.
+
+    For writers that create files with a mode of their own (safetensors writes 0o600).
+    Linux tells the umask in ``/proc/self/status``; elsewhere it is read by setting it and
+    putting it back at once.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask

@@ -46,7 +46,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from attnkit.files import fsync_folder, write_file
+from attnkit.files import default_file_mode, fsync_folder, write_file
 
 logger = logging.getLogger(__name__)
 
@@ -434,7 +434,9 @@ def write_weights(
 
     Tensors that share memory (tied weights) are stored once, under the first name; loaders
     fill the others (:func:`load_state_dict_into`). The header carries ``{"format": "pt",
-    "writer": "attnkit"}`` plus ``metadata``. Not atomic: use inside :func:`atomic_folder`.
+    "writer": "attnkit"}`` plus ``metadata``. The file gets the mode a new file gets under the
+    umask (:func:`attnkit.files.default_file_mode`), like the folder's other files. Not atomic:
+    use inside :func:`atomic_folder`.
 
     Args:
         path: The file.
@@ -488,6 +490,9 @@ def write_weights(
             raise
         code = int(found.group(1))
         raise OSError(code, os.strerror(code), os.fspath(path)) from err
+    # safetensors creates the file with mode 0o600; give it the mode of the folder's other
+    # files (what open() gives under the umask), so a shared model folder is readable alike.
+    os.chmod(path, default_file_mode())
 
 
 # How safetensors' (Rust) I/O errors end: the operating system's error number.
