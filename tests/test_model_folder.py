@@ -13,6 +13,8 @@ import os
 import pickle
 import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -547,26 +549,7 @@ def test_write_text_atomic_replaces_and_leaves_no_temporary(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["log.txt"]
 
 
-# --------------------------------------------------------------------------- any model folder
-
-
-def test_load_pretrained_dispatches_on_the_config(tmp_path):
-    from attnkit.decoding import shipped_model_dir
-    from attnkit.models import Transformer
-    from attnkit.models.bert import BertModel, default_model_dir
-
-    translation = mf.load_pretrained(None)  # the shipped model
-    assert translation.model_type == "translation" and translation.folder == shipped_model_dir()
-    assert isinstance(translation.model, Transformer) and not translation.model.training
-    bert = mf.load_pretrained(default_model_dir())
-    assert bert.model_type == "bert" and isinstance(bert.model, BertModel)
-    assert bert.tokenizer is bert.model.tokenizer
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
-    with pytest.raises(ValueError, match=r"not a translation or bert or gpt2 model config"):
-        mf.load_pretrained(tmp_path)
-    (tmp_path / "config.json").write_text("[]")
-    with pytest.raises(ValueError, match=r"config.json: expected a JSON object"):
-        mf.load_pretrained(tmp_path)
+# --------------------------------------------------------------------------- kinds of folder
 
 
 def test_a_failed_swap_puts_the_previous_folder_back(tmp_path, monkeypatch):
@@ -602,27 +585,6 @@ def test_unreadable_files_are_a_clear_error(tmp_path, monkeypatch):
         mf.read_weights(tmp_path / "out")
 
 
-def test_load_pretrained_reads_a_gpt2_folder_as_gpt_from_pretrained_does(tmp_path):
-    """A GPT-2 folder written by Hugging Face loads as a GPT with its tokenizer, the same
-    logits as GPT.from_pretrained gives, in eval mode."""
-    from attnkit.models import GPT
-    from tests.helpers.generation import byte_bpe, tiny_gpt2_config
-    from tests.helpers.gpt import write_hf_gpt2_folder
-
-    hf = write_hf_gpt2_folder(tmp_path, tiny_gpt2_config(), byte_bpe())
-    loaded = mf.load_pretrained(tmp_path)
-    assert loaded.model_type == "gpt2" and loaded.folder == tmp_path
-    assert isinstance(loaded.model, GPT) and not loaded.model.training
-    assert loaded.tokenizer is loaded.model.tokenizer and loaded.tokenizer is not None
-    ids = torch.tensor([loaded.tokenizer.encode("the cat sat")])
-    with torch.no_grad():
-        expected = hf(ids).logits
-    torch.testing.assert_close(loaded.model(ids).logits, expected, rtol=1e-4, atol=1e-5)
-    direct = GPT.from_pretrained(tmp_path)
-    pairs = zip(direct.state_dict().values(), loaded.model.state_dict().values(), strict=True)
-    assert all(torch.equal(a, b) for a, b in pairs)
-
-
 @pytest.mark.parametrize(
     "config,kind",
     [
@@ -644,3 +606,21 @@ def test_model_kind_refuses_kinds_attnkit_does_not_load(tmp_path):
         mf.model_kind(tmp_path)
     with pytest.raises(ValueError, match=r"not a folder"):
         mf.model_kind(tmp_path / "nope")
+
+
+def test_load_pretrained_is_still_found_here_and_only_imported_when_asked_for():
+    """Importing model_folder loads no model code (it is the bottom layer); the old name
+    model_folder.load_pretrained is the one in attnkit.pretrained_loading."""
+    code = (
+        "import sys\n"
+        "import attnkit.model_folder as mf\n"
+        "above = [m for m in sys.modules if m.startswith(('attnkit.models', 'attnkit.decoding'))]\n"
+        "assert not above, above\n"
+        "from attnkit import pretrained_loading\n"
+        "assert mf.load_pretrained is pretrained_loading.load_pretrained\n"
+        "assert mf.LoadedModel is pretrained_loading.LoadedModel\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    with pytest.raises(AttributeError, match="no attribute 'load_pretrained_typo'"):
+        mf.load_pretrained_typo  # noqa: B018

@@ -13,8 +13,8 @@ from safetensors.torch import load_file
 
 from attnkit.data.corpus import load_named_text
 from attnkit.data.lm import eval_windows
-from attnkit.model_folder import load_pretrained
 from attnkit.models import GPT
+from attnkit.pretrained_loading import load_pretrained
 from attnkit.training import train
 from attnkit.training.averaging import average_run, step_checkpoints
 from attnkit.training.metrics_log import read_metrics

@@ -1,0 +1,59 @@
+"""Loading any model folder attnkit reads: a translation folder, a Hugging Face BERT folder or
+a GPT-2 folder (attnkit's language models included), by what its ``config.json`` says.
+
+It sits above :mod:`attnkit.decoding` and :mod:`attnkit.models`, whose loaders it calls;
+:mod:`attnkit.model_folder` (below them) tells the kinds apart
+(:func:`~attnkit.model_folder.folder_kind`) without knowing a model class.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+from attnkit import model_folder as mf
+from attnkit.decoding.loading import load_translation_model, resolve_model_dir
+from attnkit.models.bert import BertModel
+from attnkit.models.gpt import GPT
+
+__all__ = ["LoadedModel", "load_pretrained"]
+
+
+class LoadedModel(NamedTuple):
+    """What :func:`load_pretrained` returns."""
+
+    model_type: str  # the folder's kind: "translation", "bert" or "gpt2"
+    model: nn.Module  # in eval mode
+    tokenizer: Any  # SubwordTokenizer, BertTokenizer or GPTTokenizer (None: no tokenizer.json)
+    folder: Path
+
+
+def load_pretrained(
+    folder: str | os.PathLike[str] | None,
+    *,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> LoadedModel:
+    """Loads a translation, Hugging Face BERT or GPT-2 folder (attnkit's language models
+    included), by what its ``config.json`` says (:func:`~attnkit.model_folder.folder_kind`);
+    None = the shipped translation model. The model is in eval mode on ``device`` in
+    ``dtype``.
+
+    Raises:
+        ValueError: If the folder or its ``config.json`` is missing or unreadable, or it
+            holds a kind of model attnkit does not load (naming the file).
+    """
+    folder = resolve_model_dir(folder)
+    kind = mf.expect_kind(folder, mf.read_config(folder), *mf.LOADABLE_KINDS)
+    if kind == "bert":
+        model = BertModel.from_pretrained(folder, dtype=dtype).to(device)
+        return LoadedModel(kind, model, model.tokenizer, folder)
+    if kind == "gpt2":
+        model = GPT.from_pretrained(folder, device=device, dtype=dtype)
+        return LoadedModel(kind, model, model.tokenizer, folder)
+    loaded = load_translation_model(folder, device=device, dtype=dtype)
+    return LoadedModel(kind, loaded.model, loaded.tokenizer, folder)
