@@ -97,6 +97,20 @@ def test_a_good_config_reads_as_the_json_module_reads_it(tmp_path):
     assert mf.read_config(tmp_path) == data
 
 
+def test_read_json_reads_a_list_when_asked_for_one(tmp_path):
+    data = [{"idx": 0, "path": ""}, {"idx": 1, "path": "1_Pooling"}]
+    path = tmp_path / "modules.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert mf.read_json(path, expect=list) == data
+    with pytest.raises(ValueError, match=r"modules.json: expected a JSON object \{\.\.\.\}"):
+        mf.read_json(path)
+    path.write_text('{"idx": 0}', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"expected a JSON list \[\.\.\.\] \(x\), got an object"):
+        mf.read_json(path, what="x", expect=list)
+    with pytest.raises(ValueError, match=r"expect must be dict or list, got <class 'str'>"):
+        mf.read_json(path, expect=str)
+
+
 @pytest.mark.parametrize(
     "config,kind",
     [

@@ -41,7 +41,7 @@ import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import torch
 from torch import Tensor, nn
@@ -99,14 +99,30 @@ class MissingFileError(FileNotFoundError, ValueError):
 # --------------------------------------------------------------------------- reading
 
 
-def read_json(path: str | os.PathLike[str], *, what: str = "JSON file") -> dict[str, Any]:
-    """The JSON object in ``path``.
+@overload
+def read_json(
+    path: str | os.PathLike[str], *, what: str = ..., expect: type[dict] = ...
+) -> dict[str, Any]: ...
+
+
+@overload
+def read_json(
+    path: str | os.PathLike[str], *, what: str = ..., expect: type[list]
+) -> list[Any]: ...
+
+
+def read_json(
+    path: str | os.PathLike[str], *, what: str = "JSON file", expect: type = dict
+) -> dict[str, Any] | list[Any]:
+    """The JSON object in ``path`` (or, with ``expect=list``, the JSON list).
 
     Raises:
         MissingFileError: If ``path`` does not exist.
-        ValueError: If it is a folder, not UTF-8, not JSON, or not a JSON object; the message
-            names the file.
+        ValueError: If it is a folder, not UTF-8, not JSON, or not a JSON object (a list);
+            the message names the file.
     """
+    if expect not in (dict, list):
+        raise ValueError(f"read_json: expect must be dict or list, got {expect!r}")
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{path}: a folder, expected a {what}")
@@ -125,16 +141,22 @@ def read_json(path: str | os.PathLike[str], *, what: str = "JSON file") -> dict[
         data = json.loads(text)
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: not a valid JSON file ({err}); expected a {what}") from None
-    if not isinstance(data, dict):
-        raise ValueError(
-            f"{path}: expected a JSON object {{...}} ({what}), got a {_json_type(data)}"
-        )
+    if not isinstance(data, expect):
+        shape = "a JSON object {...}" if expect is dict else "a JSON list [...]"
+        raise ValueError(f"{path}: expected {shape} ({what}), got {_json_type(data)}")
     return data
 
 
 def _json_type(value: Any) -> str:
-    names = {list: "list", str: "string", bool: "boolean", int: "number", float: "number"}
-    return "null" if value is None else names.get(type(value), type(value).__name__)
+    names = {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+    }
+    return "a null" if value is None else names.get(type(value), type(value).__name__)
 
 
 def read_config(folder: str | os.PathLike[str]) -> dict[str, Any]:

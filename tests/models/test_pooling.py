@@ -45,8 +45,14 @@ def test_pooling_read_from_sentence_transformers_files(tmp_path):
 @pytest.mark.parametrize(
     "modules, config, error, message",
     [
-        ("[{", None, ValueError, r"modules.json: not valid JSON"),
-        ('{"0": {}}', None, ValueError, r"modules.json: expected a JSON list of module objects"),
+        ("[{", None, ValueError, r"modules.json: not a valid JSON file"),
+        (
+            '{"0": {}}',
+            None,
+            ValueError,
+            r"modules.json: expected a JSON list \[\.\.\.\] .*got an object",
+        ),
+        (b"[\xff]", None, ValueError, r"modules.json: not UTF-8 text \(byte 0xff at offset 1\)"),
         ('["Pooling"]', None, ValueError, r"modules.json: expected a JSON list of module objects"),
         (json.dumps(MODULES), None, FileNotFoundError, r"1_Pooling/config.json: missing"),
         (json.dumps(MODULES), "[1]", ValueError, r"1_Pooling/config.json: expected a JSON object"),
@@ -54,7 +60,8 @@ def test_pooling_read_from_sentence_transformers_files(tmp_path):
     ],
 )
 def test_bad_sentence_transformers_files_are_named(tmp_path, modules, config, error, message):
-    (tmp_path / "modules.json").write_text(modules)
+    path = tmp_path / "modules.json"
+    path.write_bytes(modules) if isinstance(modules, bytes) else path.write_text(modules)
     (tmp_path / "1_Pooling").mkdir()
     if config is not None:
         (tmp_path / "1_Pooling" / "config.json").write_text(config)

@@ -9,7 +9,6 @@ them gets sentence-transformers' own default, mean pooling without normalisation
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,17 +117,8 @@ class Pooling:
 
 
 def _read_modules(path: Path) -> list[dict]:
-    """The module list of ``modules.json``, a JSON *list* of objects.
-
-    Not :func:`attnkit.model_folder.read_json`: that reads JSON objects only. The errors name
-    the file as it does.
-    """
-    try:
-        modules = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: file not found") from None
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+    """The module list of ``modules.json``, a JSON list of objects (errors name the file)."""
+    modules = model_folder.read_json(path, what="sentence-transformers modules.json", expect=list)
+    if not all(isinstance(m, dict) for m in modules):
         raise ValueError(f"{path}: expected a JSON list of module objects [{{...}}, ...]")
     return modules
