@@ -55,6 +55,7 @@ WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 STATE_FILE = "state.json"  # training checkpoints: step, data position, metrics
 RESUME_FILE = "resume.pt"  # training checkpoints: optimizer, scheduler and RNG states
+CHECKPOINT_STATE_FILE = "checkpoint_state.json"  # shipped model: its checkpoint's state.json
 # Names under which frameworks store pickled weights; attnkit refuses to unpickle them.
 PICKLE_WEIGHTS_FILES = (
     "pytorch_model.bin",
@@ -72,11 +73,13 @@ FOLDER_FILES = frozenset(
         TOKENIZER_FILE,
         STATE_FILE,
         RESUME_FILE,
+        CHECKPOINT_STATE_FILE,
         "generation_config.json",  # Hugging Face GPT-2 folders
-        "config.toml",  # shipped model: the training recipe
-        "metrics.jsonl",  # shipped model: the training log
+        # A shipped model's training record: the run's files (training.run_folder's
+        # RUN_CONFIG_FILE, METRICS_FILE and LOG_FILE; this module sits below training).
+        "config.toml",
+        "metrics.jsonl",
         "train.log",
-        "checkpoint_state.json",  # shipped model: the checkpoint's state.json
     }
 )
 # safetensors metadata key and value that mark weights written by attnkit.

@@ -18,6 +18,17 @@ from attnkit.training.trainer import Trainer, train
 from tests.helpers.training import FAST, ROOT, TINY_COPY, fast_config, subprocess_env
 
 
+def test_a_runs_record_may_sit_in_a_model_folder():
+    """A shipped model carries its run's record (config.toml, metrics.jsonl, train.log) and
+    its checkpoint's state; model_folder (below training) must list the same names."""
+    from attnkit import model_folder as mf
+    from attnkit.training import run_folder
+
+    record = {run_folder.RUN_CONFIG_FILE, run_folder.METRICS_FILE, run_folder.LOG_FILE}
+    assert record == RUN_FILES - {LOCK_FILE, mf.TOKENIZER_FILE}
+    assert record | {mf.CHECKPOINT_STATE_FILE, mf.TOKENIZER_FILE} <= mf.FOLDER_FILES
+
+
 def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
     """Every file and folder under ``folder`` with its bytes and modification time."""
     out = {}

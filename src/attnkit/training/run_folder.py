@@ -32,9 +32,12 @@ from attnkit.training.checkpoint import find_checkpoint
 logger = logging.getLogger(__name__)
 
 LOCK_FILE = ".attnkit.lock"
+RUN_CONFIG_FILE = "config.toml"  # the run's resolved training config
+METRICS_FILE = "metrics.jsonl"  # one JSON line per logged step and evaluation
+LOG_FILE = "train.log"  # the run's log messages
 # What a run writes at its top level before its first checkpoint; a folder with only these,
 # the lock file among them, holds a run attnkit recognises.
-RUN_FILES = frozenset({"config.toml", "metrics.jsonl", "train.log", TOKENIZER_FILE, LOCK_FILE})
+RUN_FILES = frozenset({RUN_CONFIG_FILE, METRICS_FILE, LOG_FILE, TOKENIZER_FILE, LOCK_FILE})
 
 
 class RunFolderError(ValueError):

@@ -54,7 +54,7 @@ from attnkit.training.distributed import (
 from attnkit.training.metrics_log import MetricsLog, TrainMeter, add_file_handler
 from attnkit.training.optim import build_optimizer, default_threads
 from attnkit.training.precision import resolve_autocast
-from attnkit.training.run_folder import RunFolder
+from attnkit.training.run_folder import LOG_FILE, METRICS_FILE, RUN_CONFIG_FILE, RunFolder
 from attnkit.training.run_state import (
     RunState,
     load_resume_states,
@@ -167,7 +167,7 @@ class Trainer:
                 with raise_together(self.run.info):
                     if self.run.info.is_main:
                         self.folder.lock()
-                        self._log_handler = add_file_handler(self.out_dir / "train.log")
+                        self._log_handler = add_file_handler(self.out_dir / LOG_FILE)
             return
         o = self.config.optim
         info = init_distributed(o.device)
@@ -194,7 +194,7 @@ class Trainer:
     def _setup(self, info: DistInfo, threads: int, resume_from: Path | None) -> None:
         o = self.config.optim
         if info.is_main:
-            self._log_handler = add_file_handler(self.out_dir / "train.log")
+            self._log_handler = add_file_handler(self.out_dir / LOG_FILE)
         logger.info(
             "%s run in %s: %d process(es), device %s, %d thread(s) each, torch %s",
             "resuming" if resume_from is not None else "starting",
@@ -204,7 +204,7 @@ class Trainer:
             threads,
             torch.__version__,
         )
-        self.metrics = MetricsLog(self.out_dir / "metrics.jsonl", enabled=info.is_main)
+        self.metrics = MetricsLog(self.out_dir / METRICS_FILE, enabled=info.is_main)
         run = RunContext(
             config=self.config,
             info=info,
@@ -229,7 +229,7 @@ class Trainer:
         else:
             self.metrics.truncate_after(-1)  # a run that stopped before its first checkpoint
         if info.is_main:
-            write_text(self.out_dir / "config.toml", cfg.to_toml())
+            write_text(self.out_dir / RUN_CONFIG_FILE, cfg.to_toml())
         self.loss_module = self.task.loss_module(self.model)
         self.train_module = self.loss_module
         if o.compile:
