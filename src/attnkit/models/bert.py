@@ -27,12 +27,12 @@ from pathlib import Path
 
 import torch
 from torch import Tensor, nn
-from torch.overrides import TorchFunctionMode
 
 from attnkit import model_folder
 from attnkit.models import config_checks as checks
 from attnkit.models.bert_hf import hf_key_sources, state_from_hf
 from attnkit.models.bert_tokenizer import BertTokenizer
+from attnkit.models.init import skip_random_init
 from attnkit.models.pooling import Pooling
 from attnkit.modules.encoder import Encoder
 from attnkit.modules.positional import LearnedPositionalEmbedding
@@ -359,7 +359,7 @@ class BertModel(nn.Module):
             )
         pooling = Pooling.from_folder(folder)
 
-        with _SkipRandomInit():  # the checkpoint overwrites every parameter
+        with skip_random_init():  # the checkpoint overwrites every parameter
             model = cls(config, add_pooler=add_pooler, tokenizer=tokenizer, pooling=pooling)
         model_folder.load_state_dict_into(
             model, state, source=source, against=str(config_path), assign=True
@@ -370,28 +370,8 @@ class BertModel(nn.Module):
 # --------------------------------------------------------------------------- checkpoint files
 
 
-class _SkipRandomInit(TorchFunctionMode):
-    """Builds modules with uninitialised parameters (thread-local, unlike patching nn.init).
-
-    Random init of bert-base takes seconds on a small CPU and the checkpoint overwrites it.
-    Building on the meta device instead would be free, but ``normal_`` on meta tensors
-    imports torch._dynamo, which costs more than the init itself.
-    """
-
-    _SKIPPED = {
-        nn.init.normal_,
-        nn.init.uniform_,
-        nn.init.kaiming_uniform_,
-        Tensor.normal_,
-        Tensor.uniform_,
-    }
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if (
-            func in self._SKIPPED
-        ):  # nn.init passes the tensor by keyword, Tensor methods by position
-            return args[0] if args else kwargs["tensor"]
-        return func(*args, **(kwargs or {}))
+# The old private name, still imported by models/gpt_hf.py; use models.init.skip_random_init.
+_SkipRandomInit = skip_random_init
 
 
 def default_model_dir() -> Path:
