@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from attnkit.models import GPTConfig
-from attnkit.training.config import LMDataConfig, OptimConfig, TrainConfig, check_resume
+from attnkit.training.config import OptimConfig, TrainConfig, check_resume
+from attnkit.training.lm_config import LMDataConfig
 from tests.helpers.lm import TINY_LM, tiny_lm_config
 from tests.helpers.training import CONFIGS
 

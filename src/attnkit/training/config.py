@@ -28,8 +28,10 @@ or ``=10**12`` fail at once). An error names where the value came from (the file
 ``--set`` item) and the field. ``[model]`` values are checked by
 :class:`~attnkit.models.TransformerConfig` or :class:`~attnkit.models.GPTConfig`.
 
-Length: a little over 400 lines because the two tasks share the reading, checking, override
-and writing code here and differ only in their section types and the keys they fix.
+Length: about 490 lines, over the house's ~400: the two tasks share the reading, checking,
+override and writing code here and differ in their section types and the keys they fix; the
+language model's own ``[data]`` section, its checks across sections and its resume rule are in
+:mod:`attnkit.training.lm_config`.
 """
 
 from __future__ import annotations
@@ -44,19 +46,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnkit.models.config_checks import check_choice, check_number, check_size
+from attnkit.models.config_checks import check_choice, check_number
 from attnkit.models.gpt import GPTConfig
 from attnkit.models.transformer import TransformerConfig
 from attnkit.training import limits
 from attnkit.training.limits import TOKENIZER_MODEL_KEYS, check_range, check_section
+from attnkit.training.lm_config import (
+    LM_TOKENIZER_MODEL_KEYS,
+    LMDataConfig,
+    check_lm_config,
+    lm_resume_conflicts,
+)
 
 AUTOCAST_MODES = ("auto", "bf16", "fp16", "none")
 BEST_METRICS = ("auto", "val_loss", "val_bleu")
 SCHEDULES = ("inverse_sqrt", "cosine")
 TASKS = ("translation", "lm")
-LM_TOKENIZERS = ("char", "bpe")
-# A language model's [model] keys set from its tokenizer, never from a config file.
-LM_TOKENIZER_MODEL_KEYS = ("vocab_size", "bos_token_id", "eos_token_id")
 
 
 @dataclass
@@ -97,33 +102,6 @@ class DataConfig:
                 f"data.copy_max_len={self.copy_max_len} must be >= "
                 f"data.copy_min_len={self.copy_min_len}"
             )
-
-
-@dataclass
-class LMDataConfig:
-    """Where a language model's text comes from and how it becomes windows of tokens."""
-
-    corpus: str = "shakespeare"  # shipped text corpus name, or "" (train_file / val_file)
-    train_file: str = ""  # with corpus = "": training text, UTF-8 (plain or gzipped)
-    val_file: str = ""  # with corpus = "": validation text ("" = no validation)
-    max_train_chars: int = 0  # keep only the first N characters of the training text (0 = all)
-    max_val_chars: int = 0  # keep only the first N characters of the validation text (0 = all)
-    tokenizer: str = "char"  # "char" (one token a character) or "bpe" (byte-level BPE)
-    vocab_size: int = 2048  # tokenizer = "bpe": the vocabulary, its 256 byte tokens included
-    min_frequency: int = 2  # tokenizer = "bpe": a merge needs this many occurrences
-    batch_size: int = 32  # windows per micro-batch (per rank)
-    context_length: int = 0  # tokens a window predicts; 0 = model.context_length
-    seed: int = 0  # seed of the windows' random offsets
-
-    def __post_init__(self) -> None:
-        if not self.corpus and not self.train_file:
-            raise ValueError('data: with corpus = "" train_file must name a text file')
-        check_section("data", self)  # vocab_size, min_frequency, seed
-        check_choice("data.tokenizer", self.tokenizer, LM_TOKENIZERS)
-        for name in ("max_train_chars", "max_val_chars"):
-            check_size(f"data.{name}", getattr(self, name), minimum=0, maximum=10**11)
-        check_size("data.batch_size", self.batch_size, maximum=2**16)
-        check_size("data.context_length", self.context_length, minimum=0)
 
 
 @dataclass
@@ -211,32 +189,9 @@ class TrainConfig:
                     f"{type(getattr(self, name)).__name__}"
                 )
         if self.task == "lm":
-            self._check_lm()
+            check_lm_config(self.model, self.data, self.optim)
         else:
             self._check_translation()
-
-    def _check_lm(self) -> None:
-        from attnkit.models.gpt_hf import config_to_hf
-
-        m, d = self.model, self.data
-        try:  # checkpoints are GPT-2 folders: learned positions, biases
-            config_to_hf(m)
-        except ValueError as err:
-            raise ValueError(f"[model]: {err}") from None
-        if self.optim.val_bleu:
-            raise ValueError("optim.val_bleu=true: BLEU is for translation, not task = 'lm'")
-        if d.tokenizer == "bpe":
-            try:  # the model at the vocabulary the tokenizer will have
-                dataclasses.replace(
-                    m, vocab_size=d.vocab_size, bos_token_id=None, eos_token_id=None
-                )
-            except ValueError as err:
-                raise ValueError(f"[model] with data.vocab_size={d.vocab_size}: {err}") from None
-        if d.context_length > m.context_length:
-            raise ValueError(
-                f"data.context_length={d.context_length} exceeds model.context_length="
-                f"{m.context_length}, the longest sequence the model reads"
-            )
 
     def _check_translation(self) -> None:
         m, d = self.model, self.data
@@ -401,18 +356,11 @@ class TrainConfig:
         return "\n".join(lines)
 
 
-# What a resumed language-model run may change in [model] (the dropouts) and may not change in
-# [data] (what the tokenizer and the training text were made from); every [optim] key may.
-LM_RESUME_FREE_MODEL_KEYS = frozenset({"dropout", "attn_dropout", "embed_dropout"})
-LM_RESUME_FIXED_DATA_KEYS = frozenset(
-    {"corpus", "train_file", "max_train_chars", "tokenizer", "vocab_size", "min_frequency"}
-)
-
-
 def check_resume(saved: TrainConfig, new: TrainConfig, saved_file: str | os.PathLike[str]) -> None:
     """Raises ``ValueError`` if a resume would change what the run's weights and tokenizer
-    were made with: its task, or (:func:`attnkit.training.limits.resume_conflicts` for
-    translation) the keys that shaped them.
+    were made with: its task, or the keys that shaped them
+    (:func:`attnkit.training.limits.check_resume` for translation,
+    :func:`attnkit.training.lm_config.lm_resume_conflicts` for a language model).
 
     Args:
         saved: The run's saved config.
@@ -424,23 +372,10 @@ def check_resume(saved: TrainConfig, new: TrainConfig, saved_file: str | os.Path
             f"--resume: cannot change task = {new.task!r} (the run has {saved.task!r}, "
             f"{os.fspath(saved_file)}); start a new run to change it"
         )
-    if new.task != "lm":
+    if new.task == "lm":
+        lm_resume_conflicts(saved, new, saved_file)
+    else:
         limits.check_resume(saved, new, saved_file)
-        return
-    conflicts = []
-    for section, keys in (
-        ("model", {f.name for f in dataclasses.fields(GPTConfig)} - LM_RESUME_FREE_MODEL_KEYS),
-        ("data", LM_RESUME_FIXED_DATA_KEYS),
-    ):
-        for key in sorted(keys - set(LM_TOKENIZER_MODEL_KEYS)):
-            old, value = getattr(getattr(saved, section), key), getattr(getattr(new, section), key)
-            if value != old:
-                conflicts.append(f"{section}.{key} = {value!r} (the run has {old!r})")
-    if conflicts:
-        raise ValueError(
-            f"--resume: cannot change {'; '.join(conflicts)}: the run's weights and tokenizer "
-            f"were made with the values in {os.fspath(saved_file)}; start a new run to change them"
-        )
 
 
 def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
