@@ -3,7 +3,8 @@
 Each class keeps the seed's parameter names and initialisation order, so with the seed's
 ``torch.manual_seed`` it produces the numbers the seed prints; each computes attention by calling
 the one core function, :func:`attnkit.scaled_dot_product_attention`, instead of repeating it.
-Where a seed is wrong (see ``shared/seeds/README.md``) the class here does the right thing:
+Where a seed is wrong (the seed notes' own list of their mistakes) the class here does the right
+thing:
 
 * 001 ``SelfAttention_v1/_v2`` scale by a *global* ``d_k``; here the scale comes from the keys.
 * 001's last cell builds ``CausalAttention`` where it means ``MultiHeadAttention``; here
