@@ -359,7 +359,7 @@ class TrainConfig:
 def check_resume(saved: TrainConfig, new: TrainConfig, saved_file: str | os.PathLike[str]) -> None:
     """Raises ``ValueError`` if a resume would change what the run's weights and tokenizer
     were made with: its task, or the keys that shaped them
-    (:func:`attnkit.training.limits.check_resume` for translation,
+    (:func:`attnkit.training.limits.resume_conflicts` for translation,
     :func:`attnkit.training.lm_config.lm_resume_conflicts` for a language model).
 
     Args:
@@ -372,10 +372,8 @@ def check_resume(saved: TrainConfig, new: TrainConfig, saved_file: str | os.Path
             f"--resume: cannot change task = {new.task!r} (the run has {saved.task!r}, "
             f"{os.fspath(saved_file)}); start a new run to change it"
         )
-    if new.task == "lm":
-        lm_resume_conflicts(saved, new, saved_file)
-    else:
-        limits.check_resume(saved, new, saved_file)
+    rule = lm_resume_conflicts if new.task == "lm" else limits.resume_conflicts
+    limits.check_resume(saved, new, saved_file, rule=rule)
 
 
 def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:

@@ -9,14 +9,16 @@ zero passes, six do not). ``[model]`` fields are checked by
 :class:`~attnkit.models.TransformerConfig` itself.
 
 A resumed run keeps its weights and tokenizer, so it may not change the keys that shaped
-them (:func:`resume_conflicts`): every ``[model]`` key but the dropouts, and the ``[data]``
-keys that choose the training text the tokenizer was trained on.
+them (:func:`resume_conflicts` for translation, ``lm_config.lm_resume_conflicts`` for a
+language model): every ``[model]`` key but the dropouts, and the ``[data]`` keys that choose
+the training text the tokenizer was trained on.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from typing import Any
 
 from attnkit.models.config_checks import MAX_SIZE, check_number, check_size
@@ -129,15 +131,23 @@ def resume_conflicts(saved: Any, new: Any) -> list[str]:
     return out
 
 
-def check_resume(saved: Any, new: Any, saved_file: str | os.PathLike[str]) -> None:
-    """Raises ``ValueError`` listing the :func:`resume_conflicts` of a resume, if any.
+def check_resume(
+    saved: Any,
+    new: Any,
+    saved_file: str | os.PathLike[str],
+    *,
+    rule: Callable[[Any, Any], list[str]] = resume_conflicts,
+) -> None:
+    """Raises ``ValueError`` listing the conflicts of a resume, if any.
 
     Args:
         saved: The run's saved config.
         new: The config the resumed run would use.
         saved_file: Where ``saved`` was read, named in the message.
+        rule: The task's conflicts: :func:`resume_conflicts` (translation) or
+            :func:`attnkit.training.lm_config.lm_resume_conflicts`.
     """
-    conflicts = resume_conflicts(saved, new)
+    conflicts = rule(saved, new)
     if conflicts:
         raise ValueError(
             f"--resume: cannot change {'; '.join(conflicts)}: the run's weights and tokenizer "

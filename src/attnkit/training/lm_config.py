@@ -9,7 +9,6 @@ its ``[optim]`` the shared :class:`~attnkit.training.config.OptimConfig`.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -97,17 +96,14 @@ def check_lm_config(model: GPTConfig, data: LMDataConfig, optim: OptimConfig) ->
         )
 
 
-def lm_resume_conflicts(
-    saved: TrainConfig, new: TrainConfig, saved_file: str | os.PathLike[str]
-) -> None:
-    """Raises ``ValueError`` if resuming the language-model run ``saved`` with the config
-    ``new`` would change what its weights and tokenizer were made with: a ``[model]`` key
-    other than the dropouts, or a :data:`LM_RESUME_FIXED_DATA_KEYS` key of ``[data]``.
+def lm_resume_conflicts(saved: TrainConfig, new: TrainConfig) -> list[str]:
+    """The keys a resumed language-model run may not change and that differ: every
+    ``[model]`` key but the dropouts (and those set from the tokenizer), and the
+    :data:`LM_RESUME_FIXED_DATA_KEYS` of ``[data]`` (as
+    :func:`attnkit.training.limits.resume_conflicts` for translation).
 
-    Args:
-        saved: The run's saved config.
-        new: The config the resumed run would use.
-        saved_file: Where ``saved`` was read, named in the message.
+    Returns:
+        Lines ``"model.n_embd = 64 (the run has 32)"``, empty when the resume may proceed.
     """
     conflicts = []
     for section, keys in (
@@ -118,8 +114,4 @@ def lm_resume_conflicts(
             old, value = getattr(getattr(saved, section), key), getattr(getattr(new, section), key)
             if value != old:
                 conflicts.append(f"{section}.{key} = {value!r} (the run has {old!r})")
-    if conflicts:
-        raise ValueError(
-            f"--resume: cannot change {'; '.join(conflicts)}: the run's weights and tokenizer "
-            f"were made with the values in {os.fspath(saved_file)}; start a new run to change them"
-        )
+    return conflicts
