@@ -1,15 +1,19 @@
-"""scripts/ship_model.py: bf16 copy of a run's checkpoint with its record, written atomically;
-an --out that is not a model folder attnkit wrote is refused and left as it was."""
+"""scripts/ship_model.py: bf16 copy of a translation run's checkpoint with its record, written
+atomically; an --out that is not a model folder attnkit wrote is refused and left as it was.
+A language-model run ships as a GPT-2 folder in float32 (bfloat16 beyond the size cap), chosen
+between its best checkpoint and an average by val_nats_per_char, with a provenance record whose
+validation metric is the trainer's."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from attnkit.data import SubwordTokenizer
 from attnkit.decoding import load_translation_model
@@ -107,3 +111,188 @@ def test_main_reports_errors_in_one_line(ship_model, run, tmp_path, monkeypatch,
     (run / "train.log").unlink()
     with pytest.raises(ValueError, match=r"not a run folder .*\['train.log'\]"):
         ship_model.ship(run, tmp_path / "new")
+
+
+def test_average_is_for_language_models(ship_model, run, tmp_path):
+    with pytest.raises(ValueError, match=r"--average 2: chooses among a language model's"):
+        ship_model.ship(run, tmp_path / "shipped", average=2)
+    assert not (tmp_path / "shipped").exists()
+
+
+# --------------------------------------------------------------------------- language models
+
+
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory):
+    """12 steps of the tiny character GPT, evaluated every 4 (float32), the 3 saves kept."""
+    from attnkit.training import train
+    from tests.helpers.lm import tiny_lm_config
+
+    folder = tmp_path_factory.mktemp("lm_run")
+    config = tiny_lm_config("optim.max_steps=12", "optim.eval_every=4", "optim.keep_checkpoints=3")
+    train(config, folder, progress=False)
+    return folder
+
+
+def _trainer_val(run: Path, step: int) -> float:
+    """The run's own val_nats_per_char at ``step`` (metrics.jsonl)."""
+    from attnkit.training.metrics_log import read_metrics
+
+    (record,) = [
+        r for r in read_metrics(run / "metrics.jsonl") if r["step"] == step and "val_loss" in r
+    ]
+    return record["val_nats_per_char"]
+
+
+def test_ships_a_language_model_with_its_provenance(ship_model, lm_run, tmp_path):
+    out = ship_model.ship(lm_run, tmp_path / "gpt", command="python scripts/ship_model.py x")
+    assert sorted(p.name for p in out.iterdir()) == [
+        "checkpoint_state.json",
+        "config.json",
+        "config.toml",
+        "metrics.jsonl",
+        "model.safetensors",
+        "provenance.json",
+        "tokenizer.json",
+        "train.log",
+    ]
+    best = load_file(lm_run / "best" / "model.safetensors")
+    shipped = load_file(out / "model.safetensors")
+    assert shipped.keys() == best.keys()
+    assert all(torch.equal(shipped[k], best[k]) and best[k].dtype == torch.float32 for k in best)
+    tokenizer = (lm_run / "best" / "tokenizer.json").read_bytes()
+    assert (out / "tokenizer.json").read_bytes() == tokenizer
+    record = json.loads((out / "provenance.json").read_text())
+    step = json.loads((lm_run / "best" / "state.json").read_text())["step"]
+    assert record["checkpoint"] == "best" and record["step"] == step
+    assert record["weights_dtype"] == "float32"
+    # The trainer's evaluation of the same weights (batches of 4, float32) on the same text.
+    assert record["val"]["nats_per_char"] == pytest.approx(_trainer_val(lm_run, step), rel=1e-5)
+    assert record["val"]["characters"] == 300  # data.max_val_chars of the tiny run
+    assert record["val"]["text"] == "shakespeare val, first 300 characters"
+    assert [c["checkpoint"] for c in record["selection"]["candidates"]] == ["best"]
+    assert [e["step"] for e in record["training"]["evaluations"]] == [4, 8, 12]
+    assert record["training"]["last_step"] == 12
+    assert record["config"]["task"] == "lm" and record["config"]["optim"]["max_steps"] == 12
+    assert record["commands"]["ship"] == "python scripts/ship_model.py x"
+    ship_model.ship(lm_run, out)  # its own earlier output (provenance.json too): replaced
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpt"]
+
+
+def test_generate_reads_the_shipped_folder(ship_model, lm_run, tmp_path, capsys):
+    from attnkit.cli import main
+
+    out = ship_model.ship(lm_run, tmp_path / "gpt")
+    outputs = []
+    for folder in (out, lm_run / "best"):
+        argv = ["generate", "--model", str(folder), "KING", "--max-new-tokens", "6", "--json"]
+        assert main(argv) == 0
+        outputs.append(json.loads(capsys.readouterr().out))
+    assert outputs[0] == outputs[1] and len(outputs[0]["token_ids"]) == 6
+
+
+def test_average_competes_with_best_on_val(ship_model, lm_run, tmp_path):
+    """--average 2: the mean of the last two kept checkpoints is scored beside best; the one
+    with the lower val_nats_per_char is shipped."""
+    from attnkit.models import GPT
+    from attnkit.training.lm import load_lm_text, text_loss
+
+    out = ship_model.ship(lm_run, tmp_path / "gpt", average=2)
+    record = json.loads((out / "provenance.json").read_text())
+    best, averaged = record["selection"]["candidates"]
+    assert best["checkpoint"] == "best"
+    assert averaged["checkpoint"] == "average of the last 2 kept checkpoints"
+    assert averaged["step"] == 12
+    # The average, computed here from the kept checkpoints' files, scored on the tiny run's
+    # validation text (its first 300 characters).
+    mean_dir = tmp_path / "mean"
+    mean_dir.mkdir()
+    for name in ("config.json", "tokenizer.json"):
+        shutil.copyfile(lm_run / "best" / name, mean_dir / name)
+    kept = [load_file(lm_run / "steps" / f"step_{s:07d}" / "model.safetensors") for s in (8, 12)]
+    mean = {k: ((kept[0][k].double() + kept[1][k].double()) / 2).float() for k in kept[0]}
+    save_file(mean, mean_dir / "model.safetensors")
+    model = GPT.from_pretrained(mean_dir)
+    text = load_lm_text(ship_model.read_train_config(lm_run / "best").data).val
+    assert len(text) == 300
+    expected = text_loss(model, model.tokenizer, text).nats_per_char
+    assert averaged["val_nats_per_char"] == pytest.approx(expected, rel=1e-5)
+    assert best["val_nats_per_char"] == pytest.approx(_trainer_val(lm_run, best["step"]), rel=1e-5)
+    winner = min((best, averaged), key=lambda c: c["val_nats_per_char"])
+    assert record["checkpoint"] == winner["checkpoint"]
+    assert record["val"]["nats_per_char"] == pytest.approx(winner["val_nats_per_char"], rel=1e-9)
+    assert not (lm_run / "averaged").exists()  # averaged in a temporary folder, not the run
+
+
+@pytest.mark.parametrize("averaged_wins", [True, False])
+def test_the_lower_val_nats_per_char_is_shipped(ship_model, lm_run, tmp_path, monkeypatch,
+                                                averaged_wins):  # fmt: skip
+    """The rule alone, with made-up scores: the lower wins; the average's weights are the
+    mean of the kept checkpoints."""
+    real = ship_model._score
+    low, high = ship_model.TextLoss(1.0, 1, 1), ship_model.TextLoss(2.0, 1, 1)
+
+    def score(folder, text):
+        if folder.name in ("best", "averaged"):
+            return low if (folder.name == "averaged") == averaged_wins else high
+        return real(folder, text)  # the shipped folder
+
+    monkeypatch.setattr(ship_model, "_score", score)
+    out = ship_model.ship(lm_run, tmp_path / "gpt", average=2)
+    record = json.loads((out / "provenance.json").read_text())
+    shipped = load_file(out / "model.safetensors")
+    if averaged_wins:
+        assert record["checkpoint"] == "average of the last 2 kept checkpoints"
+        assert record["averaged"] == [str(lm_run / "steps" / f"step_{s:07d}") for s in (8, 12)]
+        kept = [
+            load_file(lm_run / "steps" / f"step_{s:07d}" / "model.safetensors") for s in (8, 12)
+        ]
+        for name, tensor in shipped.items():
+            mean = (kept[0][name].double() + kept[1][name].double()) / 2
+            torch.testing.assert_close(tensor, mean.float(), rtol=0, atol=1e-7, msg=name)
+    else:
+        assert record["checkpoint"] == "best" and record["averaged"] is None
+        best = load_file(lm_run / "best" / "model.safetensors")
+        assert all(torch.equal(shipped[k], best[k]) for k in best)
+
+
+def test_bfloat16_when_float32_would_pass_the_cap(ship_model, lm_run, tmp_path, monkeypatch):
+    best = load_file(lm_run / "best" / "model.safetensors")
+    float32_bytes = sum(t.numel() * 4 for t in best.values())
+    others = ["config.json", "tokenizer.json"]
+    other_bytes = sum((lm_run / "best" / n).stat().st_size for n in others)
+    other_bytes += sum((lm_run / n).stat().st_size for n in ship_model.RUN_FILES)
+    other_bytes += (lm_run / "best" / "state.json").stat().st_size
+    # float32 does not fit, bfloat16 (half the weights, plus provenance.json) does.
+    cap = other_bytes + 2**16 + float32_bytes * 3 // 4
+    monkeypatch.setattr(ship_model, "MAX_BYTES", cap)
+    out = ship_model.ship(lm_run, tmp_path / "gpt")
+    shipped = load_file(out / "model.safetensors")
+    assert {t.dtype for t in shipped.values()} == {torch.bfloat16}
+    assert all(torch.equal(shipped[k], best[k].to(torch.bfloat16)) for k in best)
+    record = json.loads((out / "provenance.json").read_text())
+    assert record["weights_dtype"] == "bfloat16"
+    # The record scores the bfloat16 weights it ships, not the float32 checkpoint.
+    (candidate,) = record["selection"]["candidates"]
+    assert record["val"]["nats_per_char"] != candidate["val_nats_per_char"]
+    assert sum(p.stat().st_size for p in out.iterdir()) <= cap
+    monkeypatch.setattr(ship_model, "MAX_BYTES", 1000)
+    with pytest.raises(ValueError, match=r"--out .*: [\d,]+ bytes, more than the package's 1,000"):
+        ship_model.ship(lm_run, tmp_path / "too_big")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpt"]
+
+
+def test_main_ships_by_task_to_the_package_folder(ship_model, lm_run, tmp_path, monkeypatch,
+                                                   capsys):  # fmt: skip
+    outs = {"translation": tmp_path / "translation", "lm": tmp_path / "shakespeare_gpt"}
+    monkeypatch.setattr(ship_model, "DEFAULT_OUTS", outs)
+    monkeypatch.setattr(sys, "argv", ["ship_model.py", "--run", str(lm_run)])
+    assert ship_model.main() == 0
+    printed = capsys.readouterr().out
+    assert f"-> {outs['lm']}" in printed and "nats/char" in printed
+    record = json.loads((outs["lm"] / "provenance.json").read_text())
+    assert record["commands"]["ship"] == f"python scripts/ship_model.py --run {lm_run}"
+    monkeypatch.setattr(sys, "argv", ["ship_model.py", str(lm_run), "--run", str(lm_run)])
+    with pytest.raises(SystemExit):
+        ship_model.main()
+    assert "give the run folder once" in capsys.readouterr().err

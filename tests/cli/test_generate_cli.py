@@ -94,9 +94,39 @@ def _exit_code(argv) -> int:
         return stop.code
 
 
-def test_model_is_required(capsys):
+def _ship(monkeypatch, folder) -> None:
+    """Make ``folder`` the shipped GPT's place (it may be absent)."""
+    from attnkit import pretrained
+
+    monkeypatch.setattr(pretrained, "shipped_gpt_dir", lambda: folder)
+
+
+def test_without_model_the_shipped_gpt_is_used(model_dir, gpt, monkeypatch, capsys):
+    _ship(monkeypatch, model_dir)
+    assert main(["generate", PROMPTS[2], "--max-new-tokens", "9", "--json"]) == 0
+    (record,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    (expected,) = _expected(gpt, PROMPTS[2:], max_new_tokens=9)
+    assert record["text"] == expected.text and record["token_ids"] == expected.tokens
+
+
+def test_without_model_and_no_shipped_gpt_the_error_says_so(tmp_path, monkeypatch, capsys):
+    absent = tmp_path / "shakespeare_gpt"
+    _ship(monkeypatch, absent)
     assert main(["generate", "hello"]) == 2
-    assert "no GPT model is shipped yet; pass --model DIR" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"the shipped GPT is not installed (looked in {absent}); pass --model DIR" in err
+    absent.mkdir()  # a folder without weights is not an installed model either
+    (absent / "config.json").write_text("{}")
+    assert main(["generate", "hello"]) == 2
+    assert "the shipped GPT is not installed" in capsys.readouterr().err
+
+
+def test_help_names_the_shipped_default(capsys):
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "Without --model, the GPT shipped in attnkit/pretrained/shakespeare_gpt" in help_text
+    assert "default: the shipped Shakespeare GPT" in help_text
 
 
 @pytest.mark.parametrize(

