@@ -155,24 +155,14 @@ MY_COMMANDS = (
 )
 
 
-# Numeric flags parsed as int/float and then checked against the bounds their config field
-# has (train's budgets, attnkit.training.limits), as
-# tests/training/test_train_command.py::test_bad_budget_flags_name_the_flag shows.
-CHECKED_AFTER_PARSING = {("train", "--max-steps"), ("train", "--max-minutes")}
-
-
 def test_every_numeric_flag_is_checked():
     """No bare int/float type is left in these commands: each numeric flag goes through a
-    checked type (or the config's own bounds, CHECKED_AFTER_PARSING), so nan, inf and
+    checked type (train's budgets through the bounds of their config fields), so nan, inf and
     out-of-range values are refused with a message."""
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for name in MY_COMMANDS:
         for action in sub.choices[name]._actions:
-            if (name, action.option_strings[0] if action.option_strings else "") in (
-                CHECKED_AFTER_PARSING
-            ):
-                continue
             assert action.type not in (int, float), (name, action.option_strings)
 
 

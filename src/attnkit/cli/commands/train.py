@@ -51,6 +51,30 @@ examples:
 """
 
 
+def budget(key: str, convert: type[int] | type[float]):
+    """An argparse ``type`` for a budget flag: ``convert(text)`` within the bounds the config
+    gives ``key`` (:func:`attnkit.training.limits.check_range`), so ``--max-steps -5`` ends in
+    argparse's usage line before anything is loaded. The bounds are imported when the flag is
+    parsed, not when the parser is built (they live beside torch-importing modules)."""
+    what = "an integer" if convert is int else "a number"
+
+    def parse(text: str) -> int | float:
+        from attnkit.training.limits import check_range
+
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        try:
+            check_range(key, value)
+        except ValueError as err:  # "optim.max_steps: expected ..., got -5": the flag names it
+            raise argparse.ArgumentTypeError(str(err).partition(": ")[2]) from None
+        return value
+
+    parse.__name__ = f"budget {key}"
+    return parse
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",
@@ -80,14 +104,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-steps",
-        type=int,
+        type=budget("optim.max_steps", int),
         metavar="N",
         help="stop after N optimizer steps in total, resumed steps included; 0 = no step "
         "limit (overrides optim.max_steps)",
     )
     parser.add_argument(
         "--max-minutes",
-        type=float,
+        type=budget("optim.max_minutes", float),
         metavar="M",
         help="stop after M minutes of wall time, resumed time included: a step is started "
         "only if it should end within M; 0 = no time limit (overrides optim.max_minutes)",
@@ -103,7 +127,6 @@ def _config(args: argparse.Namespace):
 
     from attnkit.training.checkpoint import find_checkpoint, read_train_config
     from attnkit.training.config import TrainConfig
-    from attnkit.training.limits import check_range
 
     if args.resume:
         if args.config:
@@ -127,18 +150,14 @@ def _config(args: argparse.Namespace):
             raise ValueError("--out: required, the folder to write the run into")
         config = TrainConfig.from_toml(args.config, args.overrides)
         out = args.out
-    budgets = []
-    for flag, key, value in (
-        ("--max-steps", "optim.max_steps", args.max_steps),
-        ("--max-minutes", "optim.max_minutes", args.max_minutes),
-    ):
-        if value is None:
-            continue
-        try:
-            check_range(key, value)
-        except ValueError as err:
-            raise ValueError(f"{flag} {value}: {str(err).partition(': ')[2]}") from None
-        budgets.append(f"{key}={value!r}")
+    budgets = [
+        f"{key}={value!r}"
+        for key, value in (
+            ("optim.max_steps", args.max_steps),
+            ("optim.max_minutes", args.max_minutes),
+        )
+        if value is not None  # checked by argparse (budget)
+    ]
     return config.with_overrides(budgets, source="command line"), out
 
 
