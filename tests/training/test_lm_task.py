@@ -175,3 +175,20 @@ def test_bf16_autocast_run_evaluates_and_samples(tmp_path):
     )
     assert result.step == 2 and math.isfinite(result.metrics["val_nats_per_char"])
     assert "sample: '\\n" in (tmp_path / "train.log").read_text(encoding="utf-8")
+
+
+def test_the_language_model_parts_are_exported_by_their_packages():
+    import attnkit.data as data
+    import attnkit.training as training
+    from attnkit.data import lm, lm_tokenizer
+    from attnkit.training import lm as training_lm
+    from attnkit.training import lm_config
+
+    assert training.LMTask is training_lm.LMTask and training.text_loss is training_lm.text_loss
+    assert training.LMDataConfig is lm_config.LMDataConfig
+    assert data.RandomWindows is lm.RandomWindows and data.eval_windows is lm.eval_windows
+    assert data.char_tokenizer is lm_tokenizer.char_tokenizer
+    assert data.byte_bpe_tokenizer is lm_tokenizer.byte_bpe_tokenizer
+    assert data.load_named_text is load_named_text
+    for package in (data, training):
+        assert all(hasattr(package, name) for name in package.__all__), package.__name__
