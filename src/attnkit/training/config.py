@@ -116,7 +116,9 @@ class OptimConfig:
     cooldown: float = 0.0  # last fraction of the budget with lr falling linearly to 0 (0 = none)
     betas: tuple[float, float] = (0.9, 0.98)  # Adam betas (the paper)
     eps: float = 1e-9  # Adam epsilon (the paper)
-    weight_decay: float = 0.0  # decoupled (AdamW-style) weight decay; 0 = the paper's Adam
+    # Decoupled (AdamW-style) weight decay of matrices and embeddings, none for biases and
+    # norms (nanoGPT's groups); 0 = the paper's Adam.
+    weight_decay: float = 0.0
     clip_norm: float = 1.0  # clip the global gradient norm to this; 0 = no clipping
     accumulation: int = 1  # micro-batches per optimizer step
     label_smoothing: float = 0.1  # epsilon of seed 003's smoothing (the paper: 0.1)
