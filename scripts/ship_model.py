@@ -56,7 +56,6 @@ DEFAULT_OUTS = {"translation": PRETRAINED / "multi30k_de_en", "lm": PRETRAINED /
 # (run_folder.RUN_FILES: config.toml, metrics.jsonl, train.log), less the tokenizer, which
 # the model folder has anyway, and the lock file.
 RUN_FILES = tuple(sorted(run_folder.RUN_FILES - {mf.TOKENIZER_FILE, run_folder.LOCK_FILE}))
-CHECKPOINT_STATE_FILE = "checkpoint_state.json"  # the checkpoint's state.json, renamed
 PROVENANCE_FILE = "provenance.json"  # a shipped language model: how it was chosen and scored
 LM_FILES = (mf.CONFIG_FILE, mf.WEIGHTS_FILE, mf.TOKENIZER_FILE)
 MAX_BYTES = 25 * 10**6  # the package's cap on a shipped model folder ("at most 25 MB")
@@ -131,7 +130,7 @@ def ship(
 def _record_files(run: Path, folder: Path) -> dict[str, Path]:
     """Shipped name -> file of the run's record (module docstring)."""
     extra = {name: run / name for name in RUN_FILES}
-    extra[CHECKPOINT_STATE_FILE] = folder / mf.STATE_FILE
+    extra[mf.CHECKPOINT_STATE_FILE] = folder / mf.STATE_FILE  # renamed
     return extra
 
 
@@ -172,7 +171,7 @@ def _weights_dtype(dtype: str, folder: Path, run: Path) -> torch.dtype:
 
 def _training_summary(run: Path) -> dict:
     """Steps, time, speed and every evaluation of the run's metrics.jsonl."""
-    records = read_metrics(run / "metrics.jsonl")
+    records = read_metrics(run / run_folder.METRICS_FILE)
     steps = [r for r in records if "train_loss" in r]
     evals = [r for r in records if SELECTION_METRIC in r]
     speeds = [r["tokens_per_sec"] for r in steps if r.get("tokens_per_sec")]
