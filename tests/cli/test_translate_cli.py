@@ -254,7 +254,7 @@ def test_write_errors_on_the_output_file(model_dir, monkeypatch, tmp_path, capsy
     import errno
     import os
 
-    from attnkit.cli import options
+    from attnkit import files  # the writer translate -o goes through
 
     out = tmp_path / "out.en"
     out.write_text("old")
@@ -275,7 +275,7 @@ def test_write_errors_on_the_output_file(model_dir, monkeypatch, tmp_path, capsy
             open(path, "w").close()  # the temporary file exists, as with a real open
             return f
 
-        monkeypatch.setattr(options, "open", fake_open, raising=False)
+        monkeypatch.setattr(files, "open", fake_open, raising=False)
         _stdin(monkeypatch, b"Ein Hund.\n")
         assert main(["translate", "--model", str(model_dir), "-o", str(out), *FAST]) == 2
         err = capsys.readouterr().err
