@@ -710,18 +710,3 @@ def recover_folder(
     olds = [p for p in old_versions(folder) if (p / marker).is_file()]
     key = newest or (lambda p: (p / marker).stat().st_mtime_ns)
     return max(olds, key=key) if olds else None
-
-
-# --------------------------------------------------------------------------- compatibility
-
-
-def __getattr__(name: str) -> Any:
-    """``load_pretrained`` and ``LoadedModel`` moved to :mod:`attnkit.pretrained_loading`
-    (they import the models, which sit above this module); still found here, imported only
-    when asked for, until ``cli/commands/attention.py`` and ``evaluate.py`` import them from
-    there."""
-    if name in ("load_pretrained", "LoadedModel"):
-        from attnkit import pretrained_loading
-
-        return getattr(pretrained_loading, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -35,7 +35,6 @@ from torch import nn
 
 from attnkit import model_folder as mf
 from attnkit.decoding.loading import load_translation_model, write_translation_files
-from attnkit.model_folder import write_text_atomic
 from attnkit.models import gpt_hf
 from attnkit.models.gpt import GPT
 from attnkit.models.transformer import Transformer
@@ -53,7 +52,6 @@ __all__ = [
     "read_state",
     "read_train_config",
     "save_checkpoint",
-    "write_text_atomic",
 ]
 
 TOKENIZER = mf.TOKENIZER_FILE  # the name the trainer reads a run's tokenizer under

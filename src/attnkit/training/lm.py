@@ -36,8 +36,9 @@ from attnkit.data.lm import LMBatch, RandomWindows, eval_batches
 from attnkit.data.lm_tokenizer import newline_id, train_lm_tokenizer
 from attnkit.models.gpt import GPT
 from attnkit.models.gpt_tokenizer import GPTTokenizer
-from attnkit.training.config import LMDataConfig, TrainConfig
+from attnkit.training.config import TrainConfig
 from attnkit.training.distributed import raise_together
+from attnkit.training.lm_config import LMDataConfig
 from attnkit.training.loss import linear_cross_entropy
 from attnkit.training.task import (
     DataPosition,

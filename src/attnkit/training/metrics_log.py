@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnkit.training.checkpoint import write_text_atomic
+from attnkit.files import write_text
 from attnkit.training.distributed import DistInfo, all_reduce_sum
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -43,7 +43,7 @@ class MetricsLog:
                 continue
             if record.get("step", 0) <= step:
                 kept.append(line + "\n")
-        write_text_atomic(self.path, "".join(kept))
+        write_text(self.path, "".join(kept))
 
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:

@@ -103,7 +103,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnkit.model_folder import load_pretrained
+    from attnkit.pretrained_loading import load_pretrained
     from attnkit.viz import capture_bert, capture_translation, write_html
     from attnkit.viz.capture import capture_gpt
 

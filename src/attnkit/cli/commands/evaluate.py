@@ -95,7 +95,7 @@ def _evaluate_text(args: argparse.Namespace) -> int:
 
     from attnkit.cli.options import resolve_device
     from attnkit.data.corpus import read_text
-    from attnkit.model_folder import load_pretrained
+    from attnkit.pretrained_loading import load_pretrained
     from attnkit.training.lm import text_loss
 
     for flag, value in (("--src", args.src), ("--ref", args.ref), ("--split", args.split)):
