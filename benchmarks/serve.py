@@ -82,6 +82,7 @@ class Server:
     def __init__(self, args: argparse.Namespace) -> None:
         command = [
             sys.executable, "-m", "attnkit", "serve", "--port", "0", "--bert-model", "none",
+            "--gpt-model", "none",  # the translator alone, as docs/benchmarks.md measured
             "--max-queue", str(args.max_queue), "--max-wait-ms", str(args.max_wait_ms),
             "--max-texts", str(min(64, args.max_queue)),
         ]  # fmt: skip
