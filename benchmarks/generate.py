@@ -62,8 +62,8 @@ SHAPES = {
     "124M": dict(n_layer=12, n_embd=768, n_head=12),
     "small": dict(n_layer=4, n_embd=256, n_head=4),
 }
-# Recomputing GPT-2 small's prefix for 8 rows takes about a second per token on one core
-# (about 9 minutes per 256-token call), so the recompute table has batch 8 for "small" only.
+# Recomputing the prefix at the 124M shape takes 25-50 s per 256-token call for one row on one
+# core, about 8 times that for 8 rows, so the recompute table has batch 8 for "small" only.
 RECOMPUTE_BATCHES = {"small": "1,8", "124M": "1"}
 TOP_P = 0.9
 HF_TARGET = 1.5  # attnkit's tokens/s over Hugging Face's

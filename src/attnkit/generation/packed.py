@@ -2,29 +2,35 @@
 
 A decoding step multiplies one row per prompt by every weight of the model, so its cost is
 reading the weights from memory. ``F.linear`` does not do that at the memory's speed on a CPU:
-in float32 it calls MKL, whose matrix-vector products stream the weights at about half the
-bandwidth (on AMD processors MKL takes a generic code path), and in bfloat16 it calls oneDNN,
-which reorders the weight into its blocked layout at every call. oneDNN given a weight
-reordered once (``torch.ops.mkldnn._reorder_linear_weight``, what torch.compile's CPU backend
-does) runs close to the bandwidth. Measured on the benchmark machine (AMD EPYC, AVX-512 with
-bf16, one thread; "sum" reads the weights once, the floor):
+in float32 it calls MKL, whose matrix-vector products streamed the weights at about half the
+bandwidth on the benchmark machine, and in bfloat16 it calls oneDNN, which reorders the weight
+into its blocked layout at every call. oneDNN given a weight reordered once
+(``torch.ops.mkldnn._reorder_linear_weight``, as torch.compile's CPU backend does with frozen
+weights) runs close to the bandwidth. Measured on the benchmark machine (AMD EPYC, AVX-512 with
+bf16, one thread, weights coming from memory as in a decoding step; "sum" reads the weights
+once, the floor):
 
-=======================================  =====  ==========  =========  =======
-weights                                  rows   F.linear    packed     sum
-=======================================  =====  ==========  =========  =======
-GPT-2 small's 48 layers, float32         1      19.2 ms     10.6 ms    9.7 ms
-GPT-2 small's 48 layers, float32         8      34.7 ms     15.0 ms    9.4 ms
-GPT-2 small's 48 layers, bfloat16        1      12.9 ms     6.1 ms     5.9 ms
-GPT-2 small's 48 layers, bfloat16        8      14.1 ms     8.6 ms     5.7 ms
-output layer 50,257 x 768, float32       1      12.9 ms     4.2 ms     3.7 ms
-output layer 50,257 x 768, float32       8      30.7 ms     6.2 ms
-output layer 50,257 x 768, bfloat16      1      8.9 ms      0.7 ms
-=======================================  =====  ==========  =========  =======
+===================================  ====  =============  ===========  ========
+weights                              rows  F.linear (ms)  packed (ms)  sum (ms)
+===================================  ====  =============  ===========  ========
+GPT-2 small's 48 layers, float32     1     19.3           11.9         9.9
+GPT-2 small's 48 layers, float32     8     38.2           16.0         10.3
+GPT-2 small's 48 layers, bfloat16    1     12.4           6.3          5.9
+GPT-2 small's 48 layers, bfloat16    8     14.0           8.7          5.8
+output layer 50,257 x 768, float32   1     9.3            4.5          4.3
+output layer 50,257 x 768, float32   8     20.9           6.4          4.4
+output layer 50,257 x 768, bfloat16  1     5.1            2.3          2.4
+output layer 50,257 x 768, bfloat16  8     5.8            3.4          2.4
+===================================  ====  =============  ===========  ========
+
+A oneDNN call costs about 10 us more than ``F.linear`` whatever its size, so for layers of a
+few thousand weights (test-sized models) the packed path is slower; from GPT-2's smallest
+shapes up it is faster.
 
 The rule (:func:`packed_weight`): a float32 or bfloat16 weight on a CPU, torch built with
 oneDNN (bfloat16 only where oneDNN runs it), no gradient wanted; anything else, or a weight
 oneDNN refuses, takes ``F.linear``. Both compute the same product; only the order of the float
-additions differs (about 1e-7 relative in float32).
+additions differs (a few 1e-6 relative in float32, as between any two BLAS kernels).
 
 :func:`packed_linears` routes every ``nn.Linear`` of a model through its packed weight for the
 duration of a ``with`` block, without changing the modules' code (each instance's ``forward``
