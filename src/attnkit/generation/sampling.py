@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["make_generator", "sample", "select"]
+__all__ = ["argmax", "make_generator", "sample", "select"]
 
 
 def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
