@@ -28,9 +28,10 @@ byte-level BPE GPT trained on the works of Shakespeare) is used; if it is not in
 
 Decoding: greedy by default (--temperature 0). --temperature T > 0 samples from
 softmax(logits / T); --top-k and --top-p restrict the sampling (they imply --temperature 1
-when no temperature is given); --seed makes sampling reproducible. --repetition-penalty
-discourages ids already seen (prompt included). Generation ends at the model's end-of-text
-id, at any --stop string (the text is cut before it) or after --max-new-tokens.
+when no temperature is given); --seed makes sampling reproducible for the same prompts in
+the same batch (another --batch-size or other prompts beside it draw differently).
+--repetition-penalty discourages ids already seen (prompt included). Generation ends at the
+model's end-of-text id, at any --stop string (the text is cut before it) or after --max-new-tokens.
 
 Output: each prompt followed by its continuation, then a newline. --stream writes the text
 as it is generated (whole UTF-8 characters only; prompts one after the other). --json writes
@@ -100,7 +101,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stop when this text appears (repeatable); the output is cut before it",
     )  # fmt: skip
     parser.add_argument(
-        "--seed", type=integer(), default=None, help="seed for sampling (an integer)"
+        "--seed",
+        type=integer(),
+        default=None,
+        help="seed for sampling (an integer; reproducible for the same prompts in the same batch)",
     )
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--stream", action="store_true", help="write text as it is generated")
