@@ -6,7 +6,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnkit.models.bert import _SkipRandomInit
 from attnkit.models.init import skip_random_init
 
 
@@ -25,11 +24,3 @@ def test_nothing_is_drawn_and_constant_fills_stay():
     )
     _build()  # outside the block, random init is back
     assert not torch.equal(torch.get_rng_state(), before)
-
-
-def test_the_old_private_name_still_works():
-    torch.manual_seed(0)
-    before = torch.get_rng_state()
-    with _SkipRandomInit():
-        _build()
-    assert torch.equal(torch.get_rng_state(), before)

