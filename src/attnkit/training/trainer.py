@@ -2,7 +2,8 @@
 
 A :class:`~attnkit.training.task.Task` supplies the data, the loss and the evaluation
 (translation: :class:`~attnkit.training.translation.TranslationTask`; language modelling:
-:class:`~attnkit.training.lm.LMTask`; ``config.task`` picks one); the trainer does the rest. One optimizer step consumes ``accumulation`` micro-batches on every rank. The loss of a
+:class:`~attnkit.training.lm.LMTask`; ``config.task`` picks one); the trainer does the
+rest. One optimizer step consumes ``accumulation`` micro-batches on every rank. The loss of a
 step is the task's loss summed over all scored tokens of all those batches on all ranks,
 divided by their number (one all-reduce of the token count per step), so a run on N processes
 takes exactly the steps of a 1-process run that accumulates the same N batches.
@@ -17,7 +18,7 @@ share of its budget is spent is :mod:`.budget`'s; which folders it may write is
 Length: about 500 lines, over the house's ~400, because setup, the step, evaluation
 bookkeeping and checkpoint save/restore all read and write the same handful of objects
 (model, optimizer, schedule, scaler, run state); the parts that stand alone are their own
-modules (task, translation, budget, run_state, run_folder, optim, metrics_log).
+modules (task, translation, lm, budget, run_state, run_folder, optim, metrics_log).
 """
 
 from __future__ import annotations
