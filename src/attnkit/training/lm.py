@@ -46,7 +46,9 @@ from attnkit.training.task import (
     RunContext,
     Task,
     on_main_rank,
+    order_state,
     sharded_loss_sum,
+    warn_if_order_changed,
 )
 
 logger = logging.getLogger(__name__)
@@ -290,22 +292,11 @@ class LMTask(Task):
         return self.sample_prompt + result.text
 
     def checkpoint_state(self, position: DataPosition) -> dict[str, Any]:
-        return {
-            "windows": {
-                "seed": self.windows.seed,
-                "epoch": position.epoch,
-                "batch": position.batch,
-                "num_shards": self.windows.num_shards,
-            }
-        }
+        return order_state("windows", self.windows.seed, self.windows.num_shards, position)
 
     def check_resumed(self, saved_state: dict[str, Any]) -> None:
-        windows = saved_state.get("windows", {})
-        if (windows.get("num_shards"), windows.get("seed")) != (
-            self.windows.num_shards,
-            self.windows.seed,
-        ):
-            logger.warning("data sharding or seed changed since the checkpoint: windows differ")
+        w = self.windows
+        warn_if_order_changed(saved_state, "windows", w.seed, w.num_shards, "the windows")
 
 
 # --------------------------------------------------------------------------- scoring a text

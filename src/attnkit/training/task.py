@@ -42,6 +42,7 @@ exact resume. A *task* owns the data, the loss and the evaluation. Translation
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -54,6 +55,8 @@ from torch import Tensor, nn
 from attnkit.training.config import TrainConfig
 from attnkit.training.distributed import DistInfo, all_reduce_sum, broadcast_object
 from attnkit.training.precision import autocast_context
+
+logger = logging.getLogger(__name__)
 
 EvalHook = Callable[[nn.Module], dict[str, float]]
 """Called with the (eval-mode) model on rank 0 at each evaluation; returns extra metrics such
@@ -146,6 +149,33 @@ class Task(ABC):
 
     def check_resumed(self, saved_state: dict[str, Any]) -> None:  # noqa: B027 - optional
         """Looks at the ``state.json`` a resumed run starts from (default: nothing to check)."""
+
+
+def order_state(
+    name: str, seed: int, num_shards: int, position: DataPosition, batch_key: str = "batch"
+) -> dict[str, Any]:
+    """``{name: {seed, epoch, <batch_key>, num_shards}}``: where a seeded data order stands,
+    for :meth:`Task.checkpoint_state`."""
+    return {
+        name: {
+            "seed": seed,
+            "epoch": position.epoch,
+            batch_key: position.batch,
+            "num_shards": num_shards,
+        }
+    }
+
+
+def warn_if_order_changed(
+    saved_state: dict[str, Any], name: str, seed: int, num_shards: int, what: str
+) -> None:
+    """For :meth:`Task.check_resumed`: a warning if the saved ``name`` order had another seed
+    or sharding, naming ``what`` (e.g. "the windows") whose order can no longer match the saved run."""
+    saved = saved_state.get(name, {})
+    if (saved.get("num_shards"), saved.get("seed")) != (num_shards, seed):
+        logger.warning(
+            "data sharding or seed changed since the checkpoint (%s): the data order differs", what
+        )
 
 
 @torch.no_grad()

@@ -31,7 +31,9 @@ from attnkit.training.task import (
     RunContext,
     Task,
     on_main_rank,
+    order_state,
     sharded_loss_sum,
+    warn_if_order_changed,
 )
 
 logger = logging.getLogger(__name__)
@@ -183,19 +185,9 @@ class TranslationTask(Task):
         return metrics
 
     def checkpoint_state(self, position: DataPosition) -> dict[str, Any]:
-        return {
-            "sampler": {
-                "seed": self.sampler.seed,
-                "epoch": position.epoch,
-                "skip_batches": position.batch,
-                "num_shards": self.sampler.num_shards,
-            }
-        }
+        s = self.sampler
+        return order_state("sampler", s.seed, s.num_shards, position, batch_key="skip_batches")
 
     def check_resumed(self, saved_state: dict[str, Any]) -> None:
-        sampler = saved_state.get("sampler", {})
-        if (sampler.get("num_shards"), sampler.get("seed")) != (
-            self.sampler.num_shards,
-            self.sampler.seed,
-        ):
-            logger.warning("data sharding or seed changed since the checkpoint: order differs")
+        s = self.sampler
+        warn_if_order_changed(saved_state, "sampler", s.seed, s.num_shards, "the batch order")
