@@ -91,13 +91,20 @@ def test_bad_text_files_are_one_line_errors(gpt_dir, tmp_path, capsys, content, 
     assert __import__("re").search(message, err), err
 
 
-def test_text_needs_a_gpt_model(gpt_dir, tmp_path, capsys):
+def test_text_needs_a_gpt_model(gpt_dir, tmp_path, capsys, monkeypatch):
+    from attnkit import pretrained
     from tests.helpers.viz import build_translation_model
 
     path = tmp_path / "t.txt"
     path.write_text("hello\n")
+    # without --model: the shipped GPT, or an error naming where it was looked for
+    monkeypatch.setattr(pretrained, "shipped_gpt_dir", lambda: tmp_path / "absent")
     code, _, err = evaluate(capsys, "--text", str(path))
-    assert code == 2 and "--text: give --model DIR" in err
+    assert code == 2 and "--text: give --model DIR" in err and str(tmp_path / "absent") in err
+    folder = gpt_dir[0]
+    monkeypatch.setattr(pretrained, "shipped_gpt_dir", lambda: folder)
+    code, out, _ = evaluate(capsys, "--text", str(path), "--json")
+    assert code == 0 and json.loads(out)["model"] == str(folder)
     translation = build_translation_model(tmp_path / "mt")
     code, _, err = evaluate(capsys, "--model", str(translation), "--text", str(path))
     assert code == 2 and "a translation model folder; --text scores a GPT" in err

@@ -27,9 +27,9 @@ scored as they are. An empty file is an error.
 --json prints one object: {"bleu": ..., "signature": ..., "sentences_per_sec": ...,
 "sentences": ..., "seconds": ..., "model": ..., "beam": ...}
 
-Language models: --model GPT_DIR --text FILE scores FILE (UTF-8, .gz allowed, - = standard
+Language models: [--model GPT_DIR] --text FILE scores FILE (UTF-8, .gz allowed, - = standard
 input; an empty file is an error) with a GPT folder (an attnkit language model or a Hugging
-Face GPT-2 folder with its tokenizer.json): the text is read as lines each ended by a newline,
+Face GPT-2 folder with its tokenizer.json; without --model, the shipped Shakespeare GPT): the text is read as lines each ended by a newline,
 tokenized, and every token is predicted after the model's bos token (an attnkit language
 model's is the newline), in consecutive windows of the model's context length. It prints the
 cross-entropy per token and per character (total nats / characters) and bits per character;
@@ -40,6 +40,7 @@ examples:
   attnkit evaluate
   attnkit evaluate --model runs/multi30k --split val --beam 1
   attnkit evaluate --model runs/en-de --src test.en --ref test.de --json
+  attnkit evaluate --text macbeth.txt --json
   attnkit evaluate --model runs/shakespeare_char/best --text macbeth.txt --json
 """
 
@@ -104,7 +105,14 @@ def _evaluate_text(args: argparse.Namespace) -> int:
                 f"--text and {flag} exclude each other: --text scores a language model"
             )
     if args.model is None:
-        raise ValueError("--text: give --model DIR, the GPT folder to score the text with")
+        from attnkit.pretrained import default_gpt_dir, shipped_gpt_dir
+
+        args.model = default_gpt_dir()
+        if args.model is None:
+            raise ValueError(
+                f"--text: give --model DIR, the GPT folder to score the text with (the shipped "
+                f"GPT is not installed at {shipped_gpt_dir()})"
+            )
     check_input_path(args.text, "--text")
     text = read_text(args.text)
     if not text:
