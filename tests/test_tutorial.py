@@ -6,19 +6,32 @@ they are the independent reference. Comparisons are to the printed 4 decimals.
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import LlamaConfig
+from transformers.models.llama.modeling_llama import (
+    LlamaAttention,
+    LlamaRotaryEmbedding,
+    apply_rotary_pos_emb,
+)
 
 from attnkit import MultiHeadAttention as LibraryMHA
 from attnkit import scaled_dot_product_attention
 from attnkit.tutorial import (
     AttentionHead,
     CausalAttention,
+    GroupedQueryAttention,
     MultiHeadAttention,
     MultiHeadAttentionWrapper,
     PerHeadMultiHeadAttention,
+    RoPECausalAttention,
+    RotaryEmbedding,
     SelfAttention,
     SelfAttentionV1,
     SelfAttentionV2,
 )
+
+DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 
 
 def assert_printed(actual: torch.Tensor, printed) -> None:
@@ -375,3 +388,251 @@ def test_seeds_fully_masked_row_gives_zeros_not_nan():
     # The seed formula itself gives NaN for that row:
     scores = (q @ q.transpose(1, 2) / 2).masked_fill(~mask, float("-inf"))
     assert torch.isnan(torch.softmax(scores, dim=-1)[0, 1]).all()
+
+
+# --------------------------------------------------------------------------- RoPE and GQA
+# Not in the seeds. References: Hugging Face Llama (half-split RoPE, repeat_kv attention),
+# Meta's original Llama code (interleaved RoPE as complex numbers), torch's enable_gqa.
+
+
+def llama_config(*, heads: int, kv_heads: int, head_dim: int, base: float) -> LlamaConfig:
+    config = LlamaConfig(
+        hidden_size=heads * head_dim,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        attention_bias=False,
+        max_position_embeddings=128,
+        rope_parameters={"rope_type": "default", "rope_theta": base},
+    )
+    config._attn_implementation = "eager"  # softmax(QK^T / sqrt(d)) V after repeat_kv
+    return config
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("base", [10_000.0, 500_000.0])
+@pytest.mark.parametrize("start", [0, 37])
+def test_rope_half_split_equals_hugging_face_llama(device, dtype, base, start):
+    config = llama_config(heads=3, kv_heads=3, head_dim=8, base=base)
+    q = torch.randn(2, 3, 6, 8, device=device, dtype=dtype)  # (B, H, T, hd)
+    k = torch.randn(2, 3, 6, 8, device=device, dtype=dtype)
+    positions = torch.arange(start, start + 6, device=device)
+    cos, sin = LlamaRotaryEmbedding(config).to(device)(q, positions[None])  # (1, T, hd)
+    q_hf, k_hf = apply_rotary_pos_emb(q, k, cos, sin)
+    rope = RotaryEmbedding(8, base)
+    torch.testing.assert_close(rope(q, positions), q_hf)
+    torch.testing.assert_close(rope(k, positions), k_hf)
+    # The angles themselves: HF repeats the d/2 angles for the two halves.
+    angles = rope.angles(positions)
+    torch.testing.assert_close(angles.cos().to(dtype), cos[0, :, :4])
+    torch.testing.assert_close(angles.sin().to(dtype), sin[0, :, 4:])
+
+
+def meta_llama_rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
+    """Meta's llama/model.py (precompute_freqs_cis, apply_rotary_emb) in float64, x (..., T, d)."""
+    d = x.shape[-1]
+    freqs = 1.0 / (base ** (torch.arange(0, d, 2)[: d // 2].double() / d))
+    freqs = torch.outer(positions.double().cpu(), freqs)  # (T, d/2)
+    freqs_cis = torch.polar(torch.ones_like(freqs), freqs).to(x.device)  # e^(i m theta)
+    x_ = torch.view_as_complex(x.double().reshape(*x.shape[:-1], -1, 2))  # (..., T, d/2)
+    return torch.view_as_real(x_ * freqs_cis).flatten(-2).to(x.dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("base", [10_000.0, 500_000.0])
+def test_rope_interleaved_equals_complex_multiplication(device, dtype, base):
+    x = torch.randn(2, 4, 9, 16, device=device, dtype=dtype)
+    positions = torch.arange(5, 14, device=device)
+    rope = RotaryEmbedding(16, base, interleaved=True)
+    out = rope(x, positions.double())  # float64 positions: float64 angles
+    torch.testing.assert_close(out, meta_llama_rope(x, positions, base))
+    # The float32 angles agree with the float64 ones to float32 rounding.
+    torch.testing.assert_close(rope(x, positions), out, atol=1e-5, rtol=1e-5)
+
+
+def test_rope_layouts_are_the_same_rotation_with_dimensions_permuted():
+    x = torch.randn(3, 7, 10)
+    # Interleaved pair i = dims (2i, 2i + 1); half-split pair i = dims (i, i + 5).
+    to_half = torch.tensor([0, 2, 4, 6, 8, 1, 3, 5, 7, 9])
+    half = RotaryEmbedding(10)(x[..., to_half])
+    interleaved = RotaryEmbedding(10, interleaved=True)(x)
+    torch.testing.assert_close(interleaved[..., to_half], half)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    m=st.integers(0, 2_000),
+    n=st.integers(0, 2_000),
+    shift=st.integers(-2_000, 2_000),
+    interleaved=st.booleans(),
+)
+def test_rope_scores_depend_only_on_the_distance(m, n, shift, interleaved):
+    generator = torch.Generator().manual_seed(m * 7919 + n)
+    q, k = torch.randn(2, 1, 12, generator=generator, dtype=torch.float64)  # (1, d) each
+    rope = RotaryEmbedding(12, interleaved=interleaved)
+
+    def score(qpos: int, kpos: int) -> torch.Tensor:
+        rq = rope(q, torch.tensor([qpos], dtype=torch.float64))
+        rk = rope(k, torch.tensor([kpos], dtype=torch.float64))
+        return (rq @ rk.T)[0, 0]
+
+    torch.testing.assert_close(score(m, n), score(m + shift, n + shift))
+    # (R(m) q) . (R(n) k) = q . R(n - m) k: only the distance is left.
+    torch.testing.assert_close(score(m, n), score(0, n - m))
+    # Rotations keep lengths.
+    rq = rope(q, torch.tensor([m], dtype=torch.float64))
+    torch.testing.assert_close(rq.norm(), q.norm())
+
+
+def test_rope_scores_do_change_with_the_distance():
+    # The property above would also hold for no rotation at all; RoPE must not be that.
+    q, k = torch.randn(2, 1, 8, dtype=torch.float64)
+    rope = RotaryEmbedding(8)
+    scores = [float(rope(q, torch.tensor([d], dtype=torch.float64)) @ k.T) for d in range(0, 40, 4)]
+    assert len({round(s, 6) for s in scores}) == len(scores)
+    assert torch.equal(rope(q, torch.tensor([0.0], dtype=torch.float64)), q)  # position 0
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_rope_causal_attention_is_the_formula_with_rotated_queries_and_keys(interleaved):
+    torch.manual_seed(4)
+    att = RoPECausalAttention(6, 8, context_len=10, dropout=0.0, interleaved=interleaved)
+    x = torch.randn(2, 7, 6)
+    positions = torch.arange(7)
+    q, k = att.Q_weights(x), att.K_weights(x)
+    if interleaved:
+        q, k = meta_llama_rope(q, positions, 10_000.0), meta_llama_rope(k, positions, 10_000.0)
+    else:
+        cos, sin = LlamaRotaryEmbedding(llama_config(heads=1, kv_heads=1, head_dim=8, base=1e4))(
+            x, positions[None]
+        )
+        q, k = apply_rotary_pos_emb(q, k, cos[0], sin[0], unsqueeze_dim=0)  # (1, T, hd)
+    scores = (q @ k.transpose(1, 2)) / 8**0.5
+    scores = scores.masked_fill(torch.ones(7, 7).triu(1).bool(), float("-inf"))
+    expected = torch.softmax(scores, dim=-1) @ att.V_weights(x)
+    torch.testing.assert_close(att(x), expected)
+    # Without the rotation it is seed 001's CausalAttention, and that gives other numbers.
+    plain = CausalAttention(6, 8, context_len=10, dropout=0.0)
+    plain.load_state_dict(att.state_dict())
+    assert not torch.allclose(plain(x), att(x), atol=1e-3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])  # MQA, GQA, MHA
+@pytest.mark.parametrize("base", [10_000.0, 500_000.0])
+def test_gqa_with_rope_equals_hugging_face_llama_attention(device, kv_heads, base):
+    torch.manual_seed(5)
+    config = llama_config(heads=4, kv_heads=kv_heads, head_dim=4, base=base)
+    llama = LlamaAttention(config, layer_idx=0).to(device)
+    gqa = GroupedQueryAttention(
+        16, 16, context_len=32, dropout=0.0, num_heads=4, num_kv_heads=kv_heads, rope_base=base
+    ).to(device)
+    with torch.no_grad():
+        gqa.Q_weights.weight.copy_(llama.q_proj.weight)
+        gqa.K_weights.weight.copy_(llama.k_proj.weight)
+        gqa.V_weights.weight.copy_(llama.v_proj.weight)
+        gqa.out_proj.weight.copy_(llama.o_proj.weight)
+        gqa.out_proj.bias.zero_()  # Llama has no biases
+    assert gqa.K_weights.weight.shape == (kv_heads * 4, 16)
+    x = torch.randn(2, 9, 16, device=device)
+    cos, sin = LlamaRotaryEmbedding(config).to(device)(x, torch.arange(9, device=device)[None])
+    causal = torch.full((9, 9), float("-inf"), device=device).triu(1)[None, None]
+    expected, _ = llama(x, position_embeddings=(cos, sin), attention_mask=causal)
+    torch.testing.assert_close(gqa(x), expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_heads, kv_heads", [(6, 1), (6, 2), (6, 3), (6, 6)])
+def test_gqa_equals_torch_enable_gqa(device, num_heads, kv_heads):
+    torch.manual_seed(6)
+    gqa = GroupedQueryAttention(
+        10, 12, context_len=8, dropout=0.0, num_heads=num_heads, num_kv_heads=kv_heads,
+        qkv_bias=True,
+    ).to(device)  # fmt: skip
+    x = torch.randn(3, 8, 10, device=device)
+    hd = 12 // num_heads
+    q = gqa.Q_weights(x).view(3, 8, num_heads, hd).transpose(1, 2)
+    k = gqa.K_weights(x).view(3, 8, kv_heads, hd).transpose(1, 2)
+    v = gqa.V_weights(x).view(3, 8, kv_heads, hd).transpose(1, 2)
+    context = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=True, enable_gqa=True
+    )  # (B, H, T, hd)
+    expected = gqa.out_proj(context.transpose(1, 2).reshape(3, 8, 12))
+    torch.testing.assert_close(gqa(x), expected)
+
+
+def test_gqa_with_as_many_kv_heads_as_heads_is_seed_001_multi_head_attention():
+    torch.manual_seed(7)
+    mha = MultiHeadAttention(6, 8, context_len=6, dropout=0.0, num_heads=2, qkv_bias=True)
+    gqa = GroupedQueryAttention(6, 8, 6, 0.0, num_heads=2, num_kv_heads=2, qkv_bias=True)
+    gqa.load_state_dict(mha.state_dict())  # the same parameter names and shapes
+    x = torch.randn(2, 6, 6)
+    torch.testing.assert_close(gqa(x), mha(x))
+    # And on seed 001's batch, the weight-split two-head result of its last cell.
+    torch.manual_seed(123)
+    mha = MultiHeadAttention(3, 4, context_len=6, dropout=0.0, num_heads=2)
+    gqa = GroupedQueryAttention(3, 4, 6, 0.0, num_heads=2, num_kv_heads=2)
+    gqa.load_state_dict(mha.state_dict())
+    torch.testing.assert_close(gqa(BATCH), mha(BATCH))
+
+
+def test_mqa_query_heads_share_one_key_value_head():
+    # With one key/value head, making every query head's projection the same makes every
+    # head's context the same: the heads differ only through their queries.
+    torch.manual_seed(8)
+    gqa = GroupedQueryAttention(5, 6, 7, 0.0, num_heads=3, num_kv_heads=1, rope_base=1e4)
+    with torch.no_grad():
+        gqa.Q_weights.weight.copy_(gqa.Q_weights.weight[:2].repeat(3, 1))
+        gqa.out_proj.weight.copy_(torch.eye(6))
+        gqa.out_proj.bias.zero_()
+    out = gqa(torch.randn(2, 7, 5)).view(2, 7, 3, 2)  # (B, T, H, hd)
+    torch.testing.assert_close(out[:, :, 1], out[:, :, 0])
+    torch.testing.assert_close(out[:, :, 2], out[:, :, 0])
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: RotaryEmbedding(7), "head_dim: expected a positive even number, got 7"),
+        (lambda: RotaryEmbedding(0), "head_dim: expected a positive even number, got 0"),
+        (lambda: RotaryEmbedding(8, 1.0), "base: expected a number > 1, got 1.0"),
+        (lambda: RotaryEmbedding(8, float("nan")), "base: expected a number > 1, got nan"),
+        (
+            lambda: GroupedQueryAttention(8, 8, 4, 0.0, num_heads=4, num_kv_heads=3),
+            "num_heads must be a multiple of num_kv_heads, got num_heads=4, num_kv_heads=3",
+        ),
+        (
+            lambda: GroupedQueryAttention(8, 8, 4, 0.0, num_heads=4, num_kv_heads=0),
+            "num_heads must be a multiple of num_kv_heads, got num_heads=4, num_kv_heads=0",
+        ),
+        (
+            lambda: GroupedQueryAttention(8, 10, 4, 0.0, num_heads=4, num_kv_heads=2),
+            "d_out must be a multiple of num_heads, got d_out=10, num_heads=4",
+        ),
+        (
+            lambda: GroupedQueryAttention(8, 12, 4, 0.0, 4, 2, rope_base=1e4),
+            "head_dim: expected a positive even number, got 3",
+        ),
+        (
+            lambda: RoPECausalAttention(3, 5, 4, 0.0),
+            "head_dim: expected a positive even number, got 5",
+        ),
+    ],
+)
+def test_rope_and_gqa_bad_sizes_are_clear_errors(build, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        build()
+
+
+def test_rope_and_gqa_bad_inputs_are_clear_errors():
+    rope = RotaryEmbedding(8)
+    with pytest.raises(ValueError, match=r"x: expected shape \(\.\.\., T, 8\), got \(2, 6\)"):
+        rope(torch.randn(2, 6))
+    with pytest.raises(ValueError, match=r"positions: expected shape \(3,\), one per token"):
+        rope(torch.randn(3, 8), torch.arange(4))
+    with pytest.raises(ValueError, match="x: 5 tokens exceed context_len=4"):
+        GroupedQueryAttention(4, 4, 4, 0.0, 2, 1)(torch.randn(1, 5, 4))
+    with pytest.raises(ValueError, match="x: 5 tokens exceed context_len=4"):
+        RoPECausalAttention(4, 4, 4, 0.0)(torch.randn(1, 5, 4))

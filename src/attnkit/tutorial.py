@@ -12,6 +12,11 @@ thing:
 * 002 ``TransformerEncoderLayer.forward`` passes ``mask`` where ``query_mask`` goes; here
   masks have one meaning (boolean, True = may attend) and one place.
 * Every seed returns NaN for a query that may attend to nothing; the core returns zeros.
+
+After the seeds' classes come, in the same style, the two changes Llama-family models made to
+attention: :class:`RotaryEmbedding` (RoPE) with :class:`RoPECausalAttention`, and
+:class:`GroupedQueryAttention` (GQA and MQA), written out step by step beside the library's
+fast path in :mod:`attnkit.modules`, and checked against Hugging Face's Llama.
 """
 
 from __future__ import annotations
@@ -229,3 +234,187 @@ class PerHeadMultiHeadAttention(nn.Module):
         """(B, T_q, E) -> (B, T_q, E)."""
         x = torch.cat([head(query, key, value, mask) for head in self.heads], dim=-1)
         return self.output_linear(x)
+
+
+# --------------------------------------------------------------------------- modern attention
+# Not in the seeds: what Llama-family models (Llama, Mistral, Qwen) changed, in the same style.
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding (RoPE, Su et al. 2021): positions as rotations, not additions.
+
+    The ``head_dim`` = d dimensions of a query or key form d/2 pairs. Pair ``i`` of the token at
+    position ``m`` is turned by the angle ``m * theta_i``, with ``theta_i = base^(-2i/d)``: the
+    first pair turns one radian per position, the last almost not at all. Turning both vectors
+    keeps their lengths, and since R(a)^T R(b) = R(b - a),
+
+        (R(m) q) . (R(n) k) = q . R(n - m) k,
+
+    a score depends on the two positions only through their distance ``m - n``.
+
+    Two layouts pair the dimensions differently (the same rotation, the dimensions permuted):
+
+    * ``interleaved=False``: pair i is (i, i + d/2), Hugging Face Llama and GPT-NeoX (their
+      ``rotate_half``);
+    * ``interleaved=True``: pair i is (2i, 2i + 1), the RoPE paper, GPT-J and Meta's Llama code
+      (there each pair is one complex number, multiplied by ``e^(i m theta_i)``).
+
+    Args:
+        head_dim: d, the width of the vectors rotated; even.
+        base: the base of the angles (10,000 in the paper and Llama 2; Llama 3 uses 500,000).
+        interleaved: the pairing of the dimensions, as above.
+    """
+
+    def __init__(self, head_dim: int, base: float = 10_000.0, *, interleaved: bool = False):
+        super().__init__()
+        if head_dim <= 0 or head_dim % 2 != 0:
+            raise ValueError(f"head_dim: expected a positive even number, got {head_dim}")
+        if not base > 1.0:
+            raise ValueError(f"base: expected a number > 1, got {base}")
+        self.head_dim = head_dim
+        self.base = float(base)
+        self.interleaved = interleaved
+
+    def angles(self, positions: Tensor) -> Tensor:
+        """positions (T,) -> angles (T, d/2): ``angles[m, i] = positions[m] * theta_i``.
+
+        In float32 (float64 for float64 positions), as Hugging Face computes them.
+        """
+        dtype = torch.float64 if positions.dtype == torch.float64 else torch.float32
+        i = torch.arange(self.head_dim // 2, dtype=dtype, device=positions.device)  # (d/2,)
+        theta = 1.0 / self.base ** (2 * i / self.head_dim)  # (d/2,) base^(-2i/d)
+        return positions.to(dtype)[:, None] * theta[None, :]  # (T, d/2)
+
+    def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Rotate x (..., T, d) by its positions (T,), default 0, 1, ..., T - 1."""
+        if x.shape[-1] != self.head_dim:
+            raise ValueError(f"x: expected shape (..., T, {self.head_dim}), got {tuple(x.shape)}")
+        t = x.shape[-2]
+        if positions is None:
+            positions = torch.arange(t, device=x.device)
+        if positions.shape != (t,):
+            raise ValueError(
+                f"positions: expected shape ({t},), one per token of x, got {tuple(positions.shape)}"
+            )
+        angles = self.angles(positions)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (T, d/2) each
+        if self.interleaved:
+            x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., T, d/2): dims 0, 2, ... and 1, 3, ...
+        else:
+            x1, x2 = x.chunk(2, dim=-1)  # (..., T, d/2): first half, second half
+        # Each pair (x1, x2) times the 2x2 rotation [[cos, -sin], [sin, cos]]:
+        y1 = x1 * cos - x2 * sin
+        y2 = x1 * sin + x2 * cos
+        if self.interleaved:
+            return torch.stack((y1, y2), dim=-1).flatten(-2)  # (..., T, d/2, 2) -> (..., T, d)
+        return torch.cat((y1, y2), dim=-1)  # (..., T, d)
+
+
+class RoPECausalAttention(CausalAttention):
+    """Seed 001's :class:`CausalAttention` with RoPE: queries and keys rotated before the scores.
+
+    Nothing is added to the inputs: the positions enter only through the rotation, so the
+    scores see how far apart two tokens are, not where they are. Values are not rotated.
+    """
+
+    def __init__(
+        self,
+        d_in: int,
+        d_out: int,
+        context_len: int,
+        dropout: float,
+        qkv_bias: bool = False,
+        *,
+        base: float = 10_000.0,
+        interleaved: bool = False,
+    ) -> None:
+        super().__init__(d_in, d_out, context_len, dropout, qkv_bias)
+        self.rope = RotaryEmbedding(d_out, base, interleaved=interleaved)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (B, T, d_in) -> (B, T, d_out)."""
+        if x.shape[-2] > self.context_len:
+            raise ValueError(f"x: {x.shape[-2]} tokens exceed context_len={self.context_len}")
+        queries = self.rope(self.Q_weights(x))  # (B, T, d_out), token m turned by m * theta
+        keys = self.rope(self.K_weights(x))  # (B, T, d_out)
+        values = self.V_weights(x)  # (B, T, d_out)
+        return scaled_dot_product_attention(
+            queries, keys, values, causal=True, dropout=self.dropout if self.training else 0.0
+        )
+
+
+class GroupedQueryAttention(nn.Module):
+    """Grouped-query attention (GQA, Ainslie et al. 2023): fewer key/value heads than queries.
+
+    ``num_heads`` query heads share ``num_kv_heads`` key/value heads: the query heads form
+    ``num_kv_heads`` groups of ``num_heads // num_kv_heads`` consecutive heads, and group ``j``
+    reads key/value head ``j``. The keys and values (and a decoder's KV cache) shrink by that
+    factor; the queries keep every head. ``num_kv_heads = num_heads`` is seed 001's
+    :class:`MultiHeadAttention` (same parameters, same result); ``num_kv_heads = 1`` is
+    multi-query attention (MQA, Shazeer 2019). Causal, as in a decoder; with ``rope_base``,
+    queries and keys are rotated per head by :class:`RotaryEmbedding` (Llama's attention).
+
+    Parameters keep seed 001's names; ``K_weights`` and ``V_weights`` are narrower:
+    (d_in -> num_kv_heads * head_dim).
+    """
+
+    def __init__(
+        self,
+        d_in: int,
+        d_out: int,
+        context_len: int,
+        dropout: float,
+        num_heads: int,
+        num_kv_heads: int,
+        qkv_bias: bool = False,
+        *,
+        rope_base: float | None = None,
+        interleaved: bool = False,
+    ) -> None:
+        super().__init__()
+        if num_heads <= 0 or d_out % num_heads != 0:
+            raise ValueError(
+                f"d_out must be a multiple of num_heads, got d_out={d_out}, num_heads={num_heads}"
+            )
+        if num_kv_heads <= 0 or num_heads % num_kv_heads != 0:
+            raise ValueError(
+                f"num_heads must be a multiple of num_kv_heads, got num_heads={num_heads}, "
+                f"num_kv_heads={num_kv_heads}"
+            )
+        self.d_out = d_out
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = d_out // num_heads
+        self.context_len = context_len
+        self.Q_weights = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.K_weights = nn.Linear(d_in, num_kv_heads * self.head_dim, bias=qkv_bias)
+        self.V_weights = nn.Linear(d_in, num_kv_heads * self.head_dim, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = dropout
+        self.rope = (
+            None
+            if rope_base is None
+            else RotaryEmbedding(self.head_dim, rope_base, interleaved=interleaved)
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (B, T, d_in) -> (B, T, d_out)."""
+        b, t, _ = x.shape
+        if t > self.context_len:
+            raise ValueError(f"x: {t} tokens exceed context_len={self.context_len}")
+        hd = self.head_dim
+        q = self.Q_weights(x).view(b, t, self.num_heads, hd).transpose(1, 2)  # (B, H, T, hd)
+        k = self.K_weights(x).view(b, t, self.num_kv_heads, hd).transpose(1, 2)  # (B, H_kv, T, hd)
+        v = self.V_weights(x).view(b, t, self.num_kv_heads, hd).transpose(1, 2)  # (B, H_kv, T, hd)
+        if self.rope is not None:
+            q, k = self.rope(q), self.rope(k)  # every head turned by the same angles
+        # Each key/value head serves its group of query heads: repeat it group times, so that
+        # query head h meets key/value head h // group.
+        group = self.num_heads // self.num_kv_heads
+        k = k.repeat_interleave(group, dim=1)  # (B, H, T, hd)
+        v = v.repeat_interleave(group, dim=1)  # (B, H, T, hd)
+        context = scaled_dot_product_attention(
+            q, k, v, causal=True, dropout=self.dropout if self.training else 0.0
+        )  # (B, H, T, hd)
+        context = context.transpose(1, 2).reshape(b, t, self.d_out)  # (B, T, d_out)
+        return self.out_proj(context)
