@@ -3,6 +3,8 @@
 :func:`walkthrough` computes every intermediate value the seed prints, for any sentence and
 sizes, with the seed's random seed discipline (``torch.manual_seed`` before the embedding and
 again before the weights), so the default arguments give the seed's numbers.
+:func:`rope_walkthrough` then turns the same queries and keys by rotary position embedding
+(:class:`attnkit.tutorial.RotaryEmbedding`), the positions of Llama-family models.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import torch
 from torch import Tensor
 
 from attnkit.attention import scaled_dot_product_attention
-from attnkit.tutorial import SelfAttention
+from attnkit.tutorial import RotaryEmbedding, SelfAttention
 
 
 @dataclass
@@ -111,4 +113,84 @@ def walkthrough(
         context=context[0],
         output=output,
         all_weights=all_weights,
+    )
+
+
+@dataclass
+class RopeWalkthrough:
+    """Seed 000's queries and keys turned by rotary position embedding (RoPE)."""
+
+    base: float
+    interleaved: bool
+    pair: int  # the pair of query/key dimensions followed
+    dims: tuple[int, int]  # its two dimensions: (i, i + d_k/2), or (2i, 2i + 1) interleaved
+    theta: Tensor  # (d_k/2,) theta_i = base^(-2i/d_k)
+    positions: Tensor  # (T,) 0, 1, ..., T - 1
+    angles: Tensor  # (T,) positions * theta_pair, the angle of the followed pair
+    queries: Tensor  # (T, d_k) X W_q before the rotation
+    keys: Tensor  # (T, d_k) X W_k before the rotation
+    rotated_queries: Tensor  # (T, d_k)
+    rotated_keys: Tensor  # (T, d_k)
+    scores: Tensor  # (T, T) Q K^T without RoPE
+    rope_scores: Tensor  # (T, T) rotated Q times rotated K^T
+    rope_weights: Tensor  # (T, T) softmax(rope_scores / sqrt(d_k))
+    rope_output: Tensor  # (T, d_v) rope_weights @ V (values are not rotated)
+    shift: int  # how far the whole sentence is moved
+    shifted_scores: Tensor  # (T, T) the RoPE scores at positions shift, ..., shift + T - 1
+
+
+def rope_walkthrough(
+    w: Walkthrough,
+    *,
+    base: float = 10_000.0,
+    pair: int = 0,
+    shift: int = 100,
+    interleaved: bool = False,
+) -> RopeWalkthrough:
+    """Turn the queries and keys of ``w`` by RoPE (:class:`attnkit.tutorial.RotaryEmbedding`).
+
+    Args:
+        w: a :func:`walkthrough` result; its d_k must be even (the dimensions go in pairs).
+        base: the base of the angles theta_i = base^(-2i/d_k).
+        pair: 0-based index i of the pair of dimensions followed, 0 <= i < d_k / 2.
+        shift: the whole sentence is also placed at positions shift, ..., shift + T - 1, to
+            show that the scores do not change (only the distances between tokens count).
+        interleaved: pair i is dims (2i, 2i + 1) instead of (i, i + d_k/2).
+    """
+    d_k = w.w_query.shape[1]
+    if d_k % 2 != 0:
+        raise ValueError(f"d_k: RoPE turns pairs of dimensions, expected an even d_k, got {d_k}")
+    if not 0 <= pair < d_k // 2:
+        raise ValueError(f"pair: expected 0 <= pair < {d_k // 2} (d_k / 2), got {pair}")
+    if shift < 0:
+        raise ValueError(f"shift: expected a number of positions >= 0, got {shift}")
+    rope = RotaryEmbedding(d_k, base, interleaved=interleaved)
+    t = len(w.tokens)
+    positions = torch.arange(t)  # (T,)
+    queries = w.embedded @ w.w_query  # (T, d_k)
+    keys = w.keys  # (T, d_k)
+    rotated_q, rotated_k = rope(queries, positions), rope(keys, positions)  # (T, d_k) each
+    shifted_q, shifted_k = rope(queries, positions + shift), rope(keys, positions + shift)
+    rope_output, rope_weights = scaled_dot_product_attention(
+        rotated_q, rotated_k, w.values, return_weights=True
+    )  # (T, d_v), (T, T)
+    dims = (2 * pair, 2 * pair + 1) if interleaved else (pair, pair + d_k // 2)
+    return RopeWalkthrough(
+        base=rope.base,
+        interleaved=interleaved,
+        pair=pair,
+        dims=dims,
+        theta=rope.angles(torch.ones(1))[0],
+        positions=positions,
+        angles=rope.angles(positions)[:, pair],
+        queries=queries,
+        keys=keys,
+        rotated_queries=rotated_q,
+        rotated_keys=rotated_k,
+        scores=queries @ keys.T,
+        rope_scores=rotated_q @ rotated_k.T,
+        rope_weights=rope_weights,
+        rope_output=rope_output,
+        shift=shift,
+        shifted_scores=shifted_q @ shifted_k.T,
     )

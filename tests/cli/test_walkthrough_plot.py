@@ -1,4 +1,7 @@
-"""`attnkit walkthrough --plot`: seed 000's weights drawn with attnkit.viz.plots.heatmap."""
+"""`attnkit walkthrough --plot`: seed 000's weights drawn with attnkit.viz.plots.heatmap; with
+``--rope``, the rotation of each query and key."""
+
+import math
 
 import pytest
 import torch
@@ -38,3 +41,37 @@ def test_plot_needs_an_image_extension(tmp_path, capsys, name):
     captured = capsys.readouterr()
     assert "--plot: expected a file ending in .png, .svg, .pdf" in captured.err
     assert captured.out == ""  # checked before anything is printed
+
+
+def test_rope_plot_draws_each_pair_before_and_after_its_rotation(tmp_path, monkeypatch, capsys):
+    from matplotlib.figure import Figure
+
+    saved = []
+    real = Figure.savefig
+
+    def spy(self, *args, **kwargs):
+        saved.append(self)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    out = tmp_path / "rope.png"
+    assert main(["walkthrough", "The sun rises in the east", "--rope", "--plot", str(out)]) == 0
+    assert f"Pair 0 of every query and key drawn to {out}" in capsys.readouterr().out
+    assert_image(out)
+    (fig,) = saved
+    lines = {line.get_gid(): line for ax in fig.axes for line in ax.lines if line.get_gid()}
+    assert len(lines) == 2 * 2 * 6  # queries and keys, before and after, six words
+    # Seed 000's query of 'rises' (printed there: [-0.2816, -1.3567]) at position 2, so
+    # turned by 2 radians (d_k = 2: one pair, theta_0 = 1), computed here by hand.
+    q = torch.tensor([-0.2816, -1.3567])
+    cos, sin = math.cos(2.0), math.sin(2.0)
+    turned = torch.tensor([q[0] * cos - q[1] * sin, q[0] * sin + q[1] * cos])
+    before = torch.tensor(lines["query 2 before"].get_xydata(), dtype=torch.float32)
+    after = torch.tensor(lines["query 2 after"].get_xydata(), dtype=torch.float32)
+    torch.testing.assert_close(before, torch.stack([torch.zeros(2), q]), atol=6e-5, rtol=0)
+    torch.testing.assert_close(after, torch.stack([torch.zeros(2), turned]), atol=2e-4, rtol=0)
+    # The first word sits at position 0: not turned at all.
+    torch.testing.assert_close(
+        torch.tensor(lines["key 0 after"].get_xydata()),
+        torch.tensor(lines["key 0 before"].get_xydata()),
+    )
