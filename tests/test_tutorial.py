@@ -630,6 +630,8 @@ def test_rope_and_gqa_bad_inputs_are_clear_errors():
     rope = RotaryEmbedding(8)
     with pytest.raises(ValueError, match=r"x: expected shape \(\.\.\., T, 8\), got \(2, 6\)"):
         rope(torch.randn(2, 6))
+    with pytest.raises(ValueError, match=r"x: expected shape \(\.\.\., T, 8\), got \(8,\)"):
+        rope(torch.randn(8))
     with pytest.raises(ValueError, match=r"positions: expected shape \(3,\), one per token"):
         rope(torch.randn(3, 8), torch.arange(4))
     with pytest.raises(ValueError, match="x: 5 tokens exceed context_len=4"):

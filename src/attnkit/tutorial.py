@@ -287,7 +287,7 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """Rotate x (..., T, d) by its positions (T,), default 0, 1, ..., T - 1."""
-        if x.shape[-1] != self.head_dim:
+        if x.dim() < 2 or x.shape[-1] != self.head_dim:
             raise ValueError(f"x: expected shape (..., T, {self.head_dim}), got {tuple(x.shape)}")
         t = x.shape[-2]
         if positions is None:
