@@ -1,4 +1,5 @@
-"""The position-wise feed-forward layer: Linear -> ReLU/GELU -> dropout -> Linear."""
+"""The position-wise feed-forward layer: Linear -> activation -> dropout -> Linear, or its gated
+form (GLU variants: SwiGLU in Llama, Mistral and Qwen)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ ACTIVATIONS = {
     "gelu": nn.GELU,
     # GPT-2's GELU, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) (HF "gelu_new")
     "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
+    # x sigmoid(x) (HF "silu"), the gate of SwiGLU
+    "silu": nn.SiLU,
 }
 
 
@@ -20,14 +23,19 @@ def make_activation(name: str) -> nn.Module:
 
 
 class FeedForward(nn.Module):
-    """FFN(x) = W_2 dropout(act(W_1 x + b_1)) + b_2 (ReLU in the paper, GELU in BERT).
+    """FFN(x) = W_2 dropout(act(W_1 x + b_1)) + b_2 (ReLU in the paper, GELU in BERT);
+    gated: W_2 dropout(act(W_g x) * (W_u x)) (Shazeer 2020; SwiGLU with ``"silu"``).
+
+    The gated form keeps W_g and W_u stacked in ``linear1`` (2 d_ff x d_model, gate rows first),
+    so that both are one matrix product, as ``in_proj`` holds W^Q, W^K, W^V.
 
     Args:
         d_model: input and output width.
         d_ff: hidden width.
-        activation: ``"relu"`` or ``"gelu"``.
-        dropout: dropout after the activation, in training only.
+        activation: a name of :data:`ACTIVATIONS`.
+        dropout: dropout after the activation (after the gating), in training only.
         bias: whether the linear layers have biases.
+        gated: the gated (GLU) form.
     """
 
     def __init__(
@@ -38,13 +46,21 @@ class FeedForward(nn.Module):
         activation: str = "relu",
         dropout: float = 0.0,
         bias: bool = True,
+        gated: bool = False,
     ) -> None:
         super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.gated = gated
+        self.linear1 = nn.Linear(d_model, 2 * d_ff if gated else d_ff, bias=bias)
         self.activation = make_activation(activation)
         self.dropout = nn.Dropout(dropout)
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         """(..., d_model) -> (..., d_model)."""
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+        hidden = self.linear1(x)  # (..., d_ff) or (..., 2 d_ff)
+        if self.gated:
+            gate, up = hidden.chunk(2, dim=-1)  # (..., d_ff) each
+            hidden = self.activation(gate) * up
+        else:
+            hidden = self.activation(hidden)
+        return self.linear2(self.dropout(hidden))

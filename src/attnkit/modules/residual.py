@@ -1,4 +1,5 @@
-"""Residual connection with LayerNorm, before (pre-LN) or after (post-LN) the sublayer."""
+"""Residual connection with a normalisation (LayerNorm or RMSNorm), before (pre-LN) or after
+(post-LN) the sublayer."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
+from attnkit.modules.norm import make_norm
+
 
 class Residual(nn.Module):
-    """post-LN: LayerNorm(x + dropout(f(x))), the paper's form;
-    pre-LN: x + dropout(f(LayerNorm(x))), seeds 002/004 and most modern models.
+    """post-LN: Norm(x + dropout(f(x))), the paper's form;
+    pre-LN: x + dropout(f(Norm(x))), seeds 002/004 and most modern models.
 
     ``block(x, f)`` always returns a tensor. A sublayer that returns more than its output
     (attention and its weights) uses the two halves: ``f(block.pre(x))``, then
@@ -19,21 +22,24 @@ class Residual(nn.Module):
         d_model: width normalised.
         dropout: dropout on the sublayer output, in training only.
         norm_first: pre-LN when true, post-LN when false.
-        eps: LayerNorm epsilon.
+        eps: the normalisation's epsilon.
+        norm: ``"layer"`` (LayerNorm) or ``"rms"`` (RMSNorm, Llama).
     """
 
-    def __init__(self, d_model: int, *, dropout: float, norm_first: bool, eps: float) -> None:
+    def __init__(
+        self, d_model: int, *, dropout: float, norm_first: bool, eps: float, norm: str = "layer"
+    ) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.norm = make_norm(norm, d_model, eps=eps)
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 
     def pre(self, x: Tensor) -> Tensor:
-        """The sublayer's input: LayerNorm(x) for pre-LN, x itself for post-LN."""
+        """The sublayer's input: Norm(x) for pre-LN, x itself for post-LN."""
         return self.norm(x) if self.norm_first else x
 
     def post(self, x: Tensor, out: Tensor) -> Tensor:
-        """x + dropout(out), then LayerNorm for post-LN."""
+        """x + dropout(out), then the norm for post-LN."""
         y = x + self.dropout(out)
         return y if self.norm_first else self.norm(y)
 

@@ -1,0 +1,63 @@
+"""RMSNorm against Hugging Face's LlamaRMSNorm and torch.nn.RMSNorm; make_norm by name."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+from attnkit.modules import RMSNorm
+from attnkit.modules.norm import make_norm
+
+
+def _pair(d=16, eps=1e-6, seed=0):
+    torch.manual_seed(seed)
+    ours, hf = RMSNorm(d, eps=eps), LlamaRMSNorm(d, eps=eps)
+    with torch.no_grad():
+        hf.weight.normal_()
+        ours.weight.copy_(hf.weight)
+    return ours, hf
+
+
+@pytest.mark.parametrize("eps", [1e-6, 1e-5, 0.5])
+@pytest.mark.parametrize("shape", [(3, 5, 16), (16,), (1, 1, 16)])
+def test_rms_norm_equals_hugging_face_in_float32(shape, eps):
+    ours, hf = _pair(eps=eps)
+    x = torch.randn(shape) * 3
+    torch.testing.assert_close(ours(x), hf(x), atol=0, rtol=0)
+    reference = nn.RMSNorm(16, eps=eps)
+    with torch.no_grad():
+        reference.weight.copy_(ours.weight)
+    torch.testing.assert_close(ours(x), reference(x), atol=1e-6, rtol=1e-6)
+
+
+def test_rms_norm_in_bfloat16_rounds_where_hugging_face_does():
+    # float32 arithmetic, cast to bfloat16, then the gain: Hugging Face's order exactly.
+    ours, hf = _pair()
+    ours, hf = ours.to(torch.bfloat16), hf.to(torch.bfloat16)
+    x = (torch.randn(4, 7, 16) * 3).to(torch.bfloat16)
+    got = ours(x)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, hf(x), atol=0, rtol=0)
+
+
+def test_rms_norm_gradients_match_the_formula():
+    ours, _ = _pair(d=6)
+    ours = ours.double()
+    x = torch.randn(2, 3, 6, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(ours, (x,))
+
+    def formula(x):
+        return ours.weight * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + ours.eps)
+
+    torch.testing.assert_close(ours(x), formula(x))
+
+
+def test_make_norm_by_name():
+    assert isinstance(make_norm("layer", 8, eps=1e-5), nn.LayerNorm)
+    rms = make_norm("rms", 8, eps=1e-3)
+    assert isinstance(rms, RMSNorm) and rms.eps == 1e-3 and rms.weight.shape == (8,)
+    assert [name for name, _ in rms.named_parameters()] == ["weight"]  # no shift
+    with pytest.raises(ValueError, match=r"norm: expected one of \['layer', 'rms'\], got 'batch'"):
+        make_norm("batch", 8, eps=1e-5)
