@@ -821,3 +821,133 @@ def test_readable_weights_follow_the_same_rule():
     assert (w[:, 1] == 0).all()  # no allowed key
     assert torch.isnan(w[0, 2:]).all() and torch.isfinite(w[0, 0]).all()  # key 2 NaN: rows 2, 3
     assert (w[0, 0, 2] == 0) and torch.isfinite(w[1]).all()
+
+
+# --------------------------------------------------------------------------- sliding window
+
+
+def band_reference(q_len, k_len, window):
+    """The window rule written out: query i (end-aligned: position i + k_len - q_len) sees key
+    j iff position - window < j <= position."""
+    allowed = torch.zeros(q_len, k_len, dtype=torch.bool)
+    for i in range(q_len):
+        position = i + k_len - q_len
+        for j in range(k_len):
+            allowed[i, j] = position - window < j <= position
+    return allowed
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 5, 9])
+@pytest.mark.parametrize("q_len,k_len", [(1, 1), (4, 4), (2, 6), (1, 6), (6, 6), (5, 3)])
+def test_causal_mask_with_a_window_is_the_band(q_len, k_len, window):
+    got = causal_mask(q_len, k_len, window=window)
+    assert got.dtype == torch.bool and torch.equal(got, band_reference(q_len, k_len, window))
+
+
+@pytest.mark.parametrize("window", [0, -2, 1.5, True, "4"])
+def test_a_window_must_be_a_positive_integer(window):
+    with pytest.raises(ValueError, match=r"window: expected an integer >= 1 or None, got"):
+        causal_mask(3, window=window)
+    with pytest.raises(ValueError, match=r"window: expected an integer >= 1 or None, got"):
+        scaled_dot_product_attention(*_qkv(), causal=True, window=window)
+
+
+def test_a_window_needs_causal():
+    with pytest.raises(ValueError, match=r"window=2: a sliding window is causal.*causal=True"):
+        scaled_dot_product_attention(*_qkv(), window=2)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("mask_kind", ["none", "keys", "float"])
+@pytest.mark.parametrize("window", [1, 2, 4, 7])
+@pytest.mark.parametrize("q_len,k_len", [(7, 7), (1, 7), (3, 7)])
+def test_window_on_every_path_matches_the_written_out_band(path, mask_kind, window, q_len, k_len):
+    g = torch.Generator().manual_seed(window * 10 + q_len)
+    q = torch.randn(2, 3, q_len, 4, generator=g, dtype=torch.float64)
+    k = torch.randn(2, 3, k_len, 4, generator=g, dtype=torch.float64)
+    v = torch.randn(2, 3, k_len, 5, generator=g, dtype=torch.float64)
+    band = band_reference(q_len, k_len, window)  # (T_q, T_k)
+    mask, combined = None, band
+    if mask_kind == "keys":  # padding of the first key in row 1
+        mask = torch.ones(2, 1, 1, k_len, dtype=torch.bool)
+        mask[1, ..., 0] = False
+        combined = band & mask
+    elif mask_kind == "float":
+        mask = torch.randn(2, 1, q_len, k_len, generator=g, dtype=torch.float64)
+        combined = mask.masked_fill(~band, -math.inf)
+    out = _run_path(path, q, k, v, mask, causal=True, window=window)
+    want, _, _ = reference_attention(q, k, v, combined)
+    torch.testing.assert_close(out, want, atol=1e-12, rtol=1e-12)
+
+
+def test_a_window_as_long_as_the_keys_is_plain_causal():
+    q, k, v = torch.randn(2, 6, 4), torch.randn(2, 6, 4), torch.randn(2, 6, 3)
+    with torch.no_grad():
+        plain = scaled_dot_product_attention(q, k, v, causal=True)
+        for window in (6, 7, 100):
+            got = scaled_dot_product_attention(q, k, v, causal=True, window=window)
+            torch.testing.assert_close(got, plain, atol=0, rtol=0)
+
+
+# --------------------------------------------------------------------------- grouped heads
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("heads,kv_heads", [(4, 2), (6, 3), (6, 2), (4, 1)])
+@pytest.mark.parametrize("q_len", [1, 3])
+@pytest.mark.parametrize("mask_kind", ["none", "keys", "per_head", "window"])
+def test_grouped_heads_equal_repeated_heads_on_every_path(path, heads, kv_heads, q_len, mask_kind):
+    # GQA / MQA: key/value head j serves query heads j*G .. j*G + G - 1 (Hugging Face's
+    # repeat_kv, i.e. repeat_interleave), whichever path computes it.
+    g = torch.Generator().manual_seed(heads * 7 + kv_heads + q_len)
+    k_len, group = 5, heads // kv_heads
+    q = torch.randn(2, heads, q_len, 4, generator=g, dtype=torch.float64)
+    k = torch.randn(2, kv_heads, k_len, 4, generator=g, dtype=torch.float64)
+    v = torch.randn(2, kv_heads, k_len, 3, generator=g, dtype=torch.float64)
+    kw, mask, combined = dict(causal=True), None, band_reference(q_len, k_len, k_len)
+    if mask_kind == "keys":
+        mask = torch.tensor([[True] * k_len, [False, True, False, True, True]])[:, None, None, :]
+        combined = combined & mask
+    elif mask_kind == "per_head":
+        mask = torch.rand(2, heads, q_len, k_len, generator=g) < 0.7
+        combined = combined & mask
+    elif mask_kind == "window":
+        kw["window"] = 2
+        combined = band_reference(q_len, k_len, 2)
+    out = _run_path(path, q, k, v, mask, **kw)
+    repeated = [t.repeat_interleave(group, dim=-3) for t in (k, v)]
+    want, _, _ = reference_attention(q, *repeated, combined)
+    assert out.shape == (2, heads, q_len, 3)
+    torch.testing.assert_close(out, want, atol=1e-12, rtol=1e-12)
+
+
+def test_grouped_heads_weights_and_gradients():
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, 3, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, 2, 3, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(2, 2, 3, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    out, weights = scaled_dot_product_attention(q, k, v, causal=True, return_weights=True)
+    _, want_w, _ = reference_attention(
+        q.detach(), *(t.detach().repeat_interleave(2, dim=-3) for t in (k, v)), causal=True
+    )
+    assert weights.shape == (2, 4, 3, 3)
+    torch.testing.assert_close(weights, want_w)
+    # Gradients reach the shared key/value heads (summed over the query heads they serve), on
+    # the short training kernel and on the readable path alike.
+    for return_weights in (False, True):
+        assert torch.autograd.gradcheck(
+            lambda q, k, v, rw=return_weights: _first(
+                scaled_dot_product_attention(q, k, v, causal=True, return_weights=rw)
+            ),
+            (q, k, v),
+        )
+
+
+def _first(result):
+    return result[0] if isinstance(result, tuple) else result
+
+
+def test_heads_that_do_not_group_are_refused():
+    q, k, v = torch.randn(2, 6, 3, 4), torch.randn(2, 4, 5, 4), torch.randn(2, 4, 5, 4)
+    with pytest.raises(ValueError, match=r"do not broadcast.*multiple of the key/value heads"):
+        scaled_dot_product_attention(q, k, v)

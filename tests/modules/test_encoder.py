@@ -295,3 +295,23 @@ def test_encoder_returns_a_fixed_shape():
     hidden, weights = enc(x, return_weights=True)
     torch.testing.assert_close(hidden, plain.hidden, **TOL)
     assert len(weights) == 2
+
+
+def test_llama_options_reach_every_layer():
+    from attnkit.modules import RMSNorm
+
+    enc = Encoder(
+        3, final_norm=True, d_model=16, num_heads=4, d_ff=24, norm="rms", gated=True,
+        activation="silu", num_kv_heads=2, qkv_bias=True, bias=False, window=4,
+        full_attention_layers=1, norm_first=True,
+    )  # fmt: skip
+    assert isinstance(enc.norm, RMSNorm)
+    assert [layer.self_attn.window for layer in enc.layers] == [None, 4, 4]
+    layer = enc.layers[0]
+    assert isinstance(layer.attn_block.norm, RMSNorm) and isinstance(layer.ffn_block.norm, RMSNorm)
+    assert layer.self_attn.in_proj.weight.shape == (16 + 2 * 2 * 4, 16)
+    assert layer.self_attn.in_proj.bias is not None and layer.self_attn.out_proj.bias is None
+    assert layer.ffn.gated and layer.ffn.linear1.weight.shape == (48, 16)
+    assert layer.ffn.linear1.bias is None
+    caches = enc.init_cache(2, 10)
+    assert [c.capacity for c in caches] == [10, 4, 4] and caches[0].k.shape[1] == 2

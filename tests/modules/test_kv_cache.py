@@ -183,3 +183,74 @@ def test_padding_cache_reorder_of_a_full_batch_is_in_place():
     cache.reorder(torch.tensor([1, 1, 2]))
     assert cache.keep is keep and cache.counts is counts  # same buffers (beam search)
     assert cache.keep[:, 0].tolist() == [False, False, True] and counts.tolist() == [0, 0, 1]
+
+
+# --------------------------------------------------------------------------- sliding window
+
+
+def _slot_values(n, heads=1, dim=2):
+    """(1, heads, n, dim) keys whose every entry is its slot number: easy to follow."""
+    return torch.arange(n, dtype=torch.float32)[None, None, :, None].expand(1, heads, n, dim)
+
+
+def test_a_window_keeps_at_most_window_slots_in_a_ring():
+    cache = KVCache(1, 1, 10, 2, window=3)
+    assert cache.capacity == 3 and cache.max_len == 10 and cache.k.shape == (1, 1, 3, 2)
+    slots = _slot_values(10)
+    k, _ = cache.update(slots[:, :, :2], slots[:, :, :2])  # 2 slots: all kept, in order
+    assert k[0, 0, :, 0].tolist() == [0, 1]
+    k, _ = cache.update(slots[:, :, 2:3], slots[:, :, 2:3])
+    assert k[0, 0, :, 0].tolist() == [0, 1, 2]
+    k, _ = cache.update(slots[:, :, 3:4], slots[:, :, 3:4])  # the ring: 3 replaces 0
+    assert k[0, 0, :, 0].tolist() == [3, 1, 2]
+    mask = torch.tensor([[[True, False, True, False]]])  # over slots 0..3
+    assert cache.select_keys(mask)[0, 0].tolist() == [False, False, True]  # slots 3, 1, 2
+    k, _ = cache.update(slots[:, :, 4:5], slots[:, :, 4:5])
+    assert k[0, 0, :, 0].tolist() == [3, 4, 2]
+    gk, _ = cache.get()
+    assert gk[0, 0, :, 0].tolist() == [2, 3, 4]  # in slot order
+    # Several new slots: the kept ones in order, then the new ones; the last 3 stored.
+    k, _ = cache.update(slots[:, :, 5:9], slots[:, :, 5:9])
+    assert k[0, 0, :, 0].tolist() == [2, 3, 4, 5, 6, 7, 8]
+    mask = torch.arange(9)[None, None] % 2 == 0  # over slots 0..8
+    assert cache.select_keys(mask)[0, 0].tolist() == [True, False, True, False, True, False, True]
+    assert cache.k[0, 0, :, 0].tolist() == [6, 7, 8]  # slot s at s % 3
+    k, _ = cache.update(slots[:, :, 9:10], slots[:, :, 9:10])
+    assert k[0, 0, :, 0].tolist() == [9, 7, 8] and cache.length == 10
+    with pytest.raises(ValueError, match=r"11 positions exceed the cache's max_len=10"):
+        cache.update(slots[:, :, :1], slots[:, :, :1])
+
+
+def test_a_long_prompt_into_an_empty_window():
+    cache = KVCache(1, 1, 8, 2, window=3)
+    slots = _slot_values(8)
+    k, v = cache.update(slots[:, :, :6], slots[:, :, :6])
+    assert k[0, 0, :, 0].tolist() == list(range(6)) and torch.equal(k, v)
+    assert cache.k[0, 0, :, 0].tolist() == [3, 4, 5]
+    k, _ = cache.update(slots[:, :, 6:7], slots[:, :, 6:7])
+    assert k[0, 0, :, 0].tolist() == [6, 4, 5]
+
+
+def test_a_window_longer_than_max_len_is_a_plain_cache():
+    cache = KVCache(2, 1, 4, 2, window=100)
+    assert cache.capacity == 4
+    k, _ = cache.update(torch.randn(2, 1, 4, 2), torch.randn(2, 1, 4, 2))
+    mask = torch.ones(2, 1, 4, dtype=torch.bool)
+    assert cache.select_keys(mask) is mask and k.shape == (2, 1, 4, 2)
+
+
+def test_reorder_of_a_ring_keeps_every_slot():
+    cache = KVCache(3, 1, 10, 2, window=2)
+    rows = torch.arange(3, dtype=torch.float32)[:, None, None, None]
+    for s in range(5):
+        cache.update(rows * 100 + s + torch.zeros(3, 1, 1, 2), torch.zeros(3, 1, 1, 2))
+    cache.reorder(torch.tensor([2, 0, 0]))
+    assert cache.k[:, 0, :, 0].tolist() == [[204, 203], [4, 3], [4, 3]]
+    cache.reorder(torch.tensor([1]))
+    assert cache.k[:, 0, :, 0].tolist() == [[4, 3]]
+
+
+@pytest.mark.parametrize("window", [0, -1, 2.0, True])
+def test_a_bad_window_is_refused(window):
+    with pytest.raises(ValueError, match=r"KVCache: window must be an integer >= 1 or None"):
+        KVCache(1, 1, 4, 2, window=window)

@@ -305,3 +305,190 @@ def test_context_rows_shared_by_consecutive_query_rows():
     torch.testing.assert_close(mha(x, context, key_mask).output, rep_out, atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="causal"):
         mha(x, context, causal=True)
+
+
+# --------------------------------------------------------------------------- GQA, RoPE, window
+# References: Hugging Face's LlamaAttention and Qwen2Attention (eager), given Hugging Face's own
+# rotary angles and masks made by its masking_utils rules.
+
+
+def _hf_attention(kind: str, *, heads=4, kv_heads=2, d=32, attention_bias=False, seed=0):
+    import transformers
+    from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2Attention
+
+    common = dict(
+        hidden_size=d, num_attention_heads=heads, num_key_value_heads=kv_heads,
+        max_position_embeddings=64, rope_parameters={"rope_type": "default", "rope_theta": 100.0},
+    )  # fmt: skip
+    if kind == "llama":
+        config = transformers.LlamaConfig(**common, attention_bias=attention_bias)
+        cls = LlamaAttention
+    else:
+        config = transformers.Qwen2Config(**common)
+        cls = Qwen2Attention
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    hf = cls(config, 0).eval()
+    for p in hf.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    return hf, LlamaRotaryEmbedding(config)
+
+
+def _ours_like(hf, *, qkv_bias, bias, window=None):
+    from attnkit.modules import RotaryEmbedding
+
+    d, heads = hf.config.hidden_size, hf.config.num_attention_heads
+    kv_heads = hf.config.num_key_value_heads
+    ours = MultiHeadAttention(
+        d, heads, num_kv_heads=kv_heads, bias=bias, qkv_bias=qkv_bias, window=window
+    ).eval()
+    with torch.no_grad():
+        ours.in_proj.weight.copy_(torch.cat([hf.q_proj.weight, hf.k_proj.weight, hf.v_proj.weight]))
+        if qkv_bias:
+            ours.in_proj.bias.copy_(torch.cat([hf.q_proj.bias, hf.k_proj.bias, hf.v_proj.bias]))
+        ours.out_proj.weight.copy_(hf.o_proj.weight)
+        if bias:
+            ours.out_proj.bias.copy_(hf.o_proj.bias)
+    return ours, RotaryEmbedding(d // heads, base=100.0)
+
+
+def _hf_mask(keep, window=None):
+    """Hugging Face's mask rules (masking_utils) evaluated on every (query, key) slot: an
+    additive (B, 1, T, T) mask, and our boolean key mask (B, 1, T)."""
+    from transformers.masking_utils import (
+        and_masks,
+        causal_mask_function,
+        padding_mask_function,
+        sliding_window_causal_mask_function,
+    )
+
+    rule = causal_mask_function if window is None else sliding_window_causal_mask_function(window)
+    rule = and_masks(rule, padding_mask_function(keep))
+    b, t = keep.shape
+    rows, slots = torch.arange(b)[:, None, None], torch.arange(t)
+    allowed = rule(rows, torch.tensor(0), slots[None, :, None], slots[None, None, :])
+    allowed = allowed.expand(b, t, t)[:, None]  # (B, 1, T, T)
+    additive = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    return additive, keep[:, None, :]
+
+
+# Outputs of a few units: float32 rounding of two orders of summation.
+TOL_HF = dict(atol=1e-5, rtol=1e-5)
+LEFT_PADDED = torch.tensor([[True] * 9, [False, False, False] + [True] * 6])
+
+
+def _positions(keep):
+    return (keep.long().cumsum(-1) - 1).clamp(min=0)  # Hugging Face's cumsum(mask) - 1
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2, 1], ids=["MHA", "GQA", "MQA"])
+@pytest.mark.parametrize(
+    "kind,bias,qkv_bias", [("llama", False, False), ("llama", True, True), ("qwen2", False, True)]
+)
+@pytest.mark.parametrize("window", [None, 3])
+def test_gqa_with_rope_equals_hugging_face_attention(kv_heads, kind, bias, qkv_bias, window):
+    hf, hf_rope = _hf_attention(kind, kv_heads=kv_heads, attention_bias=bias)
+    ours, rope = _ours_like(hf, qkv_bias=qkv_bias, bias=bias, window=window)
+    assert ours.in_proj.weight.shape == (32 + 2 * kv_heads * 8, 32)
+    keep = LEFT_PADDED
+    positions = _positions(keep)
+    x = torch.randn(2, 9, 32)
+    additive, key_mask = _hf_mask(keep, window)
+    with torch.no_grad():
+        want, _ = hf(x, position_embeddings=hf_rope(x, positions), attention_mask=additive)
+        got = ours(x, mask=key_mask, causal=True, rotary=rope(positions)).output
+        _, weights = ours(
+            x, mask=key_mask, causal=True, rotary=rope(positions), return_weights=True
+        )
+    torch.testing.assert_close(got[keep], want[keep], **TOL_HF)
+    assert weights.shape == (2, 4, 9, 9)
+    if window is not None:  # no query row looks further back than the window
+        i, j = torch.meshgrid(torch.arange(9), torch.arange(9), indexing="ij")
+        assert (weights[..., (j <= i - window)] == 0).all()
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+@pytest.mark.parametrize("window", [None, 3, 5])
+@pytest.mark.parametrize("prefill", [1, 4, 7])
+def test_incremental_decoding_equals_the_full_pass(kv_heads, window, prefill):
+    # Prefill some slots, then one token at a time, on a cache that holds the key/value heads
+    # only and, with a window, at most `window` slots (a ring buffer); padded rows included.
+    hf, _ = _hf_attention("llama", kv_heads=kv_heads)
+    ours, rope = _ours_like(hf, qkv_bias=False, bias=False, window=window)
+    keep = LEFT_PADDED
+    positions = _positions(keep)
+    x = torch.randn(2, 9, 32)
+    with torch.no_grad():
+        full = ours(x, mask=keep[:, None], causal=True, rotary=rope(positions)).output
+        cache = ours.init_cache(2, 9)
+        capacity = 9 if window is None else min(9, window)
+        assert cache.k.shape == cache.v.shape == (2, kv_heads, capacity, 8)
+        steps = [(0, prefill)] + [(t, t + 1) for t in range(prefill, 9)]
+        parts = []
+        for a, b in steps:
+            out = ours(
+                x[:, a:b],
+                mask=keep[:, None, :b],
+                causal=True,
+                cache=cache,
+                rotary=rope(positions[:, a:b]),
+            )
+            parts.append(out.output)
+    torch.testing.assert_close(torch.cat(parts, 1)[keep], full[keep], **TOL_HF)
+
+
+def test_the_cache_of_grouped_query_attention_is_smaller():
+    full = MultiHeadAttention(64, 8).init_cache(1, 4096)
+    grouped = MultiHeadAttention(64, 8, num_kv_heads=2).init_cache(1, 4096)
+    size = lambda c: c.k.numel() * c.k.element_size() + c.v.numel() * c.v.element_size()  # noqa: E731
+    assert size(grouped) * 4 == size(full)
+    windowed = MultiHeadAttention(64, 8, num_kv_heads=2, window=256).init_cache(1, 4096)
+    assert size(windowed) * 16 == size(grouped) and windowed.max_len == 4096
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (
+            dict(num_kv_heads=3),
+            r"num_heads must be a multiple of num_kv_heads.*num_heads=4, num_kv_heads=3",
+        ),
+        (dict(num_kv_heads=8), r"num_kv_heads=8"),
+        (dict(num_kv_heads=0), r"num_kv_heads=0"),
+        (dict(window=0), r"window: expected an integer >= 1 or None, got 0"),
+        (dict(window=2.5), r"window: expected an integer >= 1 or None, got 2\.5"),
+    ],
+)
+def test_bad_options_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        MultiHeadAttention(16, 4, **kwargs)
+
+
+def test_window_and_rotary_are_for_causal_self_attention():
+    from attnkit.modules import RotaryEmbedding
+
+    x = torch.randn(2, 3, 16)
+    windowed = MultiHeadAttention(16, 4, window=2)
+    with pytest.raises(ValueError, match=r"window=2: a sliding window is causal"):
+        windowed(x)
+    with pytest.raises(ValueError, match=r"window, rotary: options of self-attention"):
+        windowed(x, torch.randn(2, 5, 16))
+    rope = RotaryEmbedding(4)
+    with pytest.raises(ValueError, match=r"rotary: angles for 2 positions, but x has 3"):
+        MultiHeadAttention(16, 4)(x, rotary=rope(torch.arange(2)))
+
+
+def test_the_split_for_rotary_heads_equals_the_plain_split():
+    # Angle 0 (every position 0) rotates nothing: the (B, T, H + 2 H_kv, hd) split taken with
+    # rotary gives the plain path's numbers exactly, for the same weights.
+    from attnkit.modules import RotaryEmbedding
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4)
+    x = torch.randn(2, 5, 16)
+    zero = RotaryEmbedding(4)(torch.zeros(2, 5, dtype=torch.long))
+    with torch.no_grad():
+        plain = mha(x, causal=True).output
+        rotated = mha(x, causal=True, rotary=zero).output
+    torch.testing.assert_close(rotated, plain, atol=0, rtol=0)

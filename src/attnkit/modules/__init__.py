@@ -1,10 +1,12 @@
-"""Building blocks: multi-head attention, positions, feed-forward, encoder and decoder layers."""
+"""Building blocks: multi-head attention, positions (added or rotary), normalisation,
+feed-forward, encoder and decoder layers."""
 
 from attnkit.modules.decoder import Decoder, DecoderLayer
 from attnkit.modules.encoder import Encoder, EncoderLayer
 from attnkit.modules.feed_forward import FeedForward
 from attnkit.modules.kv_cache import KVCache
 from attnkit.modules.multihead import MultiHeadAttention
+from attnkit.modules.norm import RMSNorm
 from attnkit.modules.outputs import (
     AttentionOutput,
     DecodeOutput,
@@ -16,6 +18,7 @@ from attnkit.modules.outputs import (
 )
 from attnkit.modules.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from attnkit.modules.residual import Residual
+from attnkit.modules.rotary import RotaryAngles, RotaryEmbedding
 
 __all__ = [
     "AttentionOutput",
@@ -33,6 +36,9 @@ __all__ = [
     "LayerOutput",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",
+    "RMSNorm",
     "Residual",
+    "RotaryAngles",
+    "RotaryEmbedding",
     "SinusoidalPositionalEncoding",
 ]

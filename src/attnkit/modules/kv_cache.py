@@ -14,11 +14,20 @@ class KVCache:
     The buffers are allocated once at their full length, so every step writes in place and
     shapes stay fixed; :meth:`reorder` follows the hypotheses that beam search keeps.
 
+    With a sliding ``window`` (a layer whose queries see only the last ``window`` keys) the
+    buffers hold ``min(max_len, window)`` slots, whatever the length generated: slot ``s`` is
+    stored at ``s % window`` (a ring buffer), keys already rotated (RoPE), so no key needs its
+    position again. One new token overwrites the oldest slot and attends to the ring in its
+    stored order (attention does not depend on the order of the keys, only the key mask must
+    follow it: :meth:`select_keys`); several new tokens (a prompt) attend to the kept keys and
+    themselves in order, and the last ``window`` of them are stored.
+
     Args:
         batch_size: rows (sentences x beams).
-        num_heads: attention heads H.
-        max_len: the most positions the cache will hold.
+        num_heads: key/value heads (H, or H_kv with grouped-query attention).
+        max_len: the most positions the cache will take.
         head_dim: size of one head's keys and values.
+        window: keep only the last ``window`` positions (None: all).
         dtype: buffer dtype.
         device: buffer device.
     """
@@ -30,22 +39,40 @@ class KVCache:
         max_len: int,
         head_dim: int,
         *,
+        window: int | None = None,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
     ) -> None:
-        shape = (batch_size, num_heads, max_len, head_dim)  # (B, H, T_max, hd)
+        if window is not None and (
+            isinstance(window, bool) or not isinstance(window, int) or window < 1
+        ):
+            raise ValueError(f"KVCache: window must be an integer >= 1 or None, got {window!r}")
+        capacity = max_len if window is None else min(max_len, window)
+        shape = (batch_size, num_heads, capacity, head_dim)  # (B, H, T_max, hd)
         # Uninitialised: only the first `length` positions are ever read, and zero-filling
         # every buffer costs a noticeable share of a short decode.
         self.k = torch.empty(shape, dtype=dtype, device=device)
         self.v = torch.empty(shape, dtype=dtype, device=device)
         self.length = 0
+        self.window = window
+        self._max_len = max_len
+        # How the keys the last update returned sit among the slots 0 .. length - 1:
+        # (first slot, ring shift): slots first .. length - 1 in order, rolled by the shift.
+        self._keys = (0, 0)
 
     @property
     def max_len(self) -> int:
+        return self._max_len
+
+    @property
+    def capacity(self) -> int:
+        """Slots the buffers hold: ``max_len``, or ``min(max_len, window)``."""
         return self.k.shape[2]
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Append (B, H, T, hd) keys and values; return everything cached so far."""
+        """Append (B, H, T, hd) keys and values; return every key and value the new queries may
+        see: all cached so far (B, H, T_so_far, hd), or, with a window, at most ``window - 1``
+        before the new ones and the new ones."""
         b, h, _, hd = self.k.shape
         if k.shape != v.shape or k.dim() != 4 or (k.shape[0], k.shape[1], k.shape[3]) != (b, h, hd):
             raise ValueError(
@@ -53,19 +80,51 @@ class KVCache:
                 f"{self.k.shape[1]}, T, {self.k.shape[3]}), got {tuple(k.shape)} and "
                 f"{tuple(v.shape)}"
             )
-        end = self.length + k.shape[2]
+        start, t = self.length, k.shape[2]
+        end = start + t
         if end > self.max_len:
             raise ValueError(
                 f"KVCache.update: {end} positions exceed the cache's max_len={self.max_len}"
             )
-        self.k[:, :, self.length : end] = k
-        self.v[:, :, self.length : end] = v
+        capacity = self.capacity
         self.length = end
-        return self.k[:, :, :end], self.v[:, :, :end]  # (B, H, T_so_far, hd) each
+        if end <= capacity:  # every slot so far is in the buffers, in order
+            self.k[:, :, start:end] = k
+            self.v[:, :, start:end] = v
+            self._keys = (0, 0)
+            return self.k[:, :, :end], self.v[:, :, :end]  # (B, H, T_so_far, hd) each
+        if t == 1:  # a ring: the new slot replaces the oldest
+            self.k[:, :, start % capacity] = k[:, :, 0]
+            self.v[:, :, start % capacity] = v[:, :, 0]
+            self._keys = (end - capacity, end % capacity)
+            return self.k, self.v  # (B, H, window, hd), in ring order
+        # Several new slots past the window: the kept ones in order, then the new ones.
+        kept = min(start, capacity)
+        shift = start % capacity if start > capacity else 0
+        keys = torch.cat([self.k.roll(-shift, dims=2)[:, :, :kept], k], dim=2)  # (B, H, n, hd)
+        values = torch.cat([self.v.roll(-shift, dims=2)[:, :, :kept], v], dim=2)
+        # Slot s goes to s % capacity: the last `capacity` slots, rolled into place.
+        self.k.copy_(keys[:, :, -capacity:].roll(end % capacity, dims=2))
+        self.v.copy_(values[:, :, -capacity:].roll(end % capacity, dims=2))
+        self._keys = (end - keys.shape[2], 0)
+        return keys, values
+
+    def select_keys(self, mask: Tensor) -> Tensor:
+        """The columns of ``mask`` (..., T_so_far), over every slot so far, that belong to the
+        keys the last :meth:`update` returned, in their order: ``mask`` itself when the cache
+        keeps every slot."""
+        first, shift = self._keys
+        if first == 0 and shift == 0:
+            return mask
+        mask = mask[..., first:]  # (..., T_k) in slot order
+        return mask.roll(shift, dims=-1) if shift else mask
 
     def get(self) -> tuple[Tensor, Tensor]:
-        """Everything cached so far, (B, H, T_so_far, hd) each."""
-        return self.k[:, :, : self.length], self.v[:, :, : self.length]
+        """The cached keys and values in slot order, (B, H, T_kept, hd) each."""
+        if self.length <= self.capacity:
+            return self.k[:, :, : self.length], self.v[:, :, : self.length]
+        shift = self.length % self.capacity
+        return self.k.roll(-shift, dims=2), self.v.roll(-shift, dims=2)
 
     def reorder(self, index: Tensor) -> None:
         """Keep rows ``index`` (B',) of the batch, e.g. the beams selected at this step.
@@ -74,7 +133,7 @@ class KVCache:
         written back in place, so the buffers keep their size and address and a step costs
         O(length), not O(max_len); a shrinking batch (finished sentences) gets new buffers.
         """
-        n = self.length
+        n = min(self.length, self.capacity)
         if index.shape[0] == self.k.shape[0]:
             # The right side is gathered into a new tensor before the write: no aliasing.
             self.k[:, :, :n] = self.k[:, :, :n].index_select(0, index)

@@ -1,5 +1,7 @@
 """Multi-head attention: self-attention with a fused QKV projection, cross-attention with a
-fused KV projection (seeds 001-004), all heads in one call of the core function."""
+fused KV projection (seeds 001-004), all heads in one call of the core function; with the
+options of today's decoder-only models (grouped-query attention, rotary positions, a sliding
+window)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from torch import Tensor, nn
 from attnkit.attention import scaled_dot_product_attention
 from attnkit.modules.kv_cache import KVCache
 from attnkit.modules.outputs import AttentionOutput
+from attnkit.modules.rotary import RotaryAngles
 
 
 class MultiHeadAttention(nn.Module):
@@ -20,12 +23,28 @@ class MultiHeadAttention(nn.Module):
     third for the queries and the other two thirds, fused, for keys and values. When the
     context has another width (``kv_dim``), queries and keys/values get their own projections.
 
+    Options of decoder-only models (Llama, Mistral, Qwen):
+
+    * ``num_kv_heads`` < ``num_heads``: grouped-query attention (1: multi-query attention). Keys
+      and values have ``num_kv_heads`` heads, each serving ``num_heads / num_kv_heads`` query
+      heads; ``in_proj`` is then (d_model + 2 * num_kv_heads * head_dim, d_model) and the cache
+      holds only the key/value heads.
+    * ``rotary`` (a forward argument, :class:`~attnkit.modules.rotary.RotaryAngles`): queries
+      and keys are rotated by their positions before the attention function; the cache stores
+      keys already rotated.
+    * ``window``: sliding-window attention in causal self-attention; the cache then keeps at
+      most ``window`` keys (:class:`KVCache`).
+
     Args:
         d_model: model width; split into ``num_heads`` heads of ``d_model // num_heads``.
         num_heads: number of heads H.
         dropout: dropout on the attention weights, in training only.
         bias: whether the projections have biases.
         kv_dim: width of the cross-attention context, if it differs from ``d_model``.
+        num_kv_heads: key/value heads H_kv (default ``num_heads``); must divide ``num_heads``.
+        qkv_bias: whether the query/key/value projections have biases (default ``bias``; Qwen2
+            has them without an output bias).
+        window: sliding window of causal self-attention (query i sees keys i - window < j <= i).
     """
 
     def __init__(
@@ -36,6 +55,9 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         kv_dim: int | None = None,
+        num_kv_heads: int | None = None,
+        qkv_bias: bool | None = None,
+        window: int | None = None,
     ) -> None:
         super().__init__()
         if d_model <= 0 or num_heads <= 0 or d_model % num_heads != 0:
@@ -43,18 +65,37 @@ class MultiHeadAttention(nn.Module):
                 f"d_model must be a positive multiple of num_heads, got d_model={d_model}, "
                 f"num_heads={num_heads}"
             )
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if (
+            isinstance(num_kv_heads, bool)
+            or not isinstance(num_kv_heads, int)
+            or not 1 <= num_kv_heads <= num_heads
+            or num_heads % num_kv_heads
+        ):
+            raise ValueError(
+                f"num_heads must be a multiple of num_kv_heads (1 <= num_kv_heads <= num_heads), "
+                f"got num_heads={num_heads}, num_kv_heads={num_kv_heads!r}"
+            )
+        if window is not None and (
+            isinstance(window, bool) or not isinstance(window, int) or window < 1
+        ):
+            raise ValueError(f"window: expected an integer >= 1 or None, got {window!r}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout: expected a probability in [0, 1), got {dropout}")
         self.d_model = d_model
         self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
         self.head_dim = d_model // num_heads
+        self.kv_width = num_kv_heads * self.head_dim  # width of all key (or value) heads
         self.dropout = dropout
+        self.window = window
         self.kv_dim = d_model if kv_dim is None else kv_dim
+        qkv_bias = bias if qkv_bias is None else qkv_bias
         if self.kv_dim == d_model:
-            self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
+            self.in_proj = nn.Linear(d_model, d_model + 2 * self.kv_width, bias=qkv_bias)
         else:
-            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-            self.kv_proj = nn.Linear(self.kv_dim, 2 * d_model, bias=bias)
+            self.q_proj = nn.Linear(d_model, d_model, bias=qkv_bias)
+            self.kv_proj = nn.Linear(self.kv_dim, 2 * self.kv_width, bias=qkv_bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
     def init_cache(
@@ -65,14 +106,22 @@ class MultiHeadAttention(nn.Module):
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
     ) -> KVCache:
-        """An empty :class:`KVCache` sized for this layer's heads, ``max_len`` positions."""
+        """An empty :class:`KVCache` for ``max_len`` positions of this layer's key/value heads
+        (at most ``window`` of them kept, with a sliding window)."""
         return KVCache(
-            batch_size, self.num_heads, max_len, self.head_dim, dtype=dtype, device=device
+            batch_size,
+            self.num_kv_heads,
+            max_len,
+            self.head_dim,
+            window=self.window,
+            dtype=dtype,
+            device=device,
         )
 
-    def _split_heads(self, x: Tensor) -> Tensor:
+    def _split_heads(self, x: Tensor, heads: int | None = None) -> Tensor:
         b, t, _ = x.shape
-        return x.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        heads = self.num_heads if heads is None else heads
+        return x.view(b, t, heads, self.head_dim).transpose(1, 2)  # (B, heads, T, hd)
 
     def _project_q(self, x: Tensor) -> Tensor:
         if self.kv_dim != self.d_model:
@@ -87,9 +136,32 @@ class MultiHeadAttention(nn.Module):
         else:
             d = self.d_model
             bias = None if self.in_proj.bias is None else self.in_proj.bias[d:]
-            kv = F.linear(context, self.in_proj.weight[d:], bias)  # (B, T_k, 2D)
-        k, v = kv.chunk(2, dim=-1)  # (B, T_k, D) each
-        return self._split_heads(k), self._split_heads(v)
+            kv = F.linear(context, self.in_proj.weight[d:], bias)  # (B, T_k, 2 H_kv hd)
+        k, v = kv.chunk(2, dim=-1)  # (B, T_k, H_kv hd) each
+        return self._split_heads(k, self.num_kv_heads), self._split_heads(v, self.num_kv_heads)
+
+    def _project_self(self, x: Tensor, rotary: RotaryAngles | None) -> tuple[Tensor, ...]:
+        """Queries, keys and values of self-attention, rotated by ``rotary``: (B, H, T, hd),
+        (B, H_kv, T, hd), (B, H_kv, T, hd)."""
+        b, t, _ = x.shape
+        qkv = self.in_proj(x)  # (B, T, D + 2 H_kv hd)
+        if self.num_kv_heads == self.num_heads and rotary is None:
+            qkv = qkv.view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+            return qkv.unbind(0)  # (B, H, T, hd) each
+        h, h_kv = self.num_heads, self.num_kv_heads
+        qkv = qkv.view(b, t, h + 2 * h_kv, self.head_dim)  # (B, T, H + 2 H_kv, hd)
+        qk, v = (
+            qkv[:, :, : h + h_kv],
+            qkv[:, :, h + h_kv :],
+        )  # (B, T, H + H_kv, hd), (B, T, H_kv, hd)
+        if rotary is not None:
+            if rotary.cos.shape[1] != t:
+                raise ValueError(
+                    f"rotary: angles for {rotary.cos.shape[1]} positions, but x has {t}"
+                )
+            qk = rotary.rotate(qk)  # queries and keys in one go
+        q, k = qk[:, :, :h], qk[:, :, h:]
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, hd)
 
     def forward(
         self,
@@ -100,6 +172,7 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         return_weights: bool = False,
         cache: KVCache | None = None,
+        rotary: RotaryAngles | None = None,
     ) -> AttentionOutput:
         """Attend from ``x`` to itself, or to ``context`` (cross-attention).
 
@@ -113,8 +186,12 @@ class MultiHeadAttention(nn.Module):
             causal: forbid attending to later positions (aligned to the end with a cache).
             return_weights: also return per-head weights (B, H, T_q, T_k) (the readable path).
             cache: for decoding. Self-attention appends this step's keys/values and attends to
-                all of them; cross-attention fills it with the context's keys/values on the
-                first call and reuses them afterwards without projecting ``context`` again.
+                all of them (or the last ``window``; a mask over every slot so far is cut to
+                the keys the cache returns); cross-attention fills it with the context's
+                keys/values on the first call and reuses them afterwards without projecting
+                ``context`` again.
+            rotary: self-attention only: the angles of the T_q positions of ``x``
+                (:class:`~attnkit.modules.RotaryEmbedding`), rotating queries and keys.
 
         Returns:
             ``AttentionOutput(output, weights)``: output (B, T_q, d_model); weights
@@ -144,13 +221,15 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"context: required, since kv_dim={self.kv_dim} differs from d_model={self.d_model}"
             )
+        if cross and (self.window is not None or rotary is not None):
+            raise ValueError("window, rotary: options of self-attention, not cross-attention")
 
         if not cross:
-            qkv = self.in_proj(x)  # (B, T_q, 3D)
-            qkv = qkv.view(b, t_q, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-            q, k, v = qkv.unbind(0)  # (B, H, T_q, hd) each
+            q, k, v = self._project_self(x, rotary)  # (B, H, T_q, hd), (B, H_kv, T_q, hd) x2
             if cache is not None:
-                k, v = cache.update(k, v)  # (B, H, T_cached, hd)
+                k, v = cache.update(k, v)  # (B, H_kv, T_k, hd)
+                if mask is not None:
+                    mask = cache.select_keys(mask)  # (..., T_k)
         else:
             # Cross-attention has no order among queries: the `group` query rows that share a
             # context row become one row of group * T_q queries.
@@ -159,7 +238,7 @@ class MultiHeadAttention(nn.Module):
             if cache is not None and cache.length > 0:
                 k, v = cache.get()
             else:
-                k, v = self._project_kv(context)  # (B, H, T_k, hd)
+                k, v = self._project_kv(context)  # (B, H_kv, T_k, hd)
                 if cache is not None:
                     k, v = cache.update(k, v)
 
@@ -171,6 +250,7 @@ class MultiHeadAttention(nn.Module):
             v,
             mask,
             causal=causal,
+            window=self.window,
             dropout=self.dropout if self.training else 0.0,
             return_weights=return_weights,
         )
