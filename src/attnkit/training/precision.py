@@ -14,16 +14,13 @@ import logging
 
 import torch
 
+from attnkit.hardware import cpu_has_fast_bf16
+
 logger = logging.getLogger(__name__)
 
+__all__ = ["DTYPES", "autocast_context", "cpu_has_fast_bf16", "resolve_autocast"]
+
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
-
-
-def cpu_has_fast_bf16() -> bool:
-    """True when this CPU runs bf16 matmuls natively (AVX-512 dispatch or AMX tiles)."""
-    capability = torch.backends.cpu.get_cpu_capability()
-    amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
-    return capability.startswith("AVX512") or bool(amx)
 
 
 def resolve_autocast(mode: str, device: torch.device) -> torch.dtype | None:

