@@ -12,7 +12,12 @@ import torch
 from torch import nn
 
 from attnkit.data import load_named_corpus
-from attnkit.decoding import DecodingConfig, load_translation_model, shipped_model_dir
+from attnkit.decoding import (
+    DecodingConfig,
+    Translator,
+    load_translation_model,
+    shipped_model_dir,
+)
 from attnkit.export import export_ctranslate2, translate_options
 from attnkit.export.ctranslate2 import CONFIG_FIELDS, UNUSED_TOKEN, build_spec, check_config
 from attnkit.models import Transformer, TransformerConfig
@@ -191,3 +196,29 @@ def test_shipped_model_beam5_equals_attnkit_float32(tmp_path):
     theirs = ctranslate2_ids(out, tokenizer, sentences, config, max_len=model.config.max_len)
     differ = [i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b]
     assert differ == []
+
+
+def test_long_sources_are_cut_as_attnkit_cuts(tmp_path, tokenizer):
+    """translate_options' max_input_length keeps what Translator.encode keeps of a source
+    longer than the model's positions (max_len - 1 tokens, then eos)."""
+    config = tiny_config(tokenizer.vocab_size, max_len=32)
+    folder = write_tiny_model(tmp_path / "model", config, tokenizer)
+    out = export_ctranslate2(folder, tmp_path / "ct2")
+    model, _, _ = load_translation_model(folder)
+    text = "Ein Hund rennt über eine grüne Wiese. " * 8
+    (source,), truncated = Translator(model, tokenizer).encode([text])
+    assert truncated == [0] and len(source) == config.max_len
+    target = tokenizer.encode("A dog.")
+    with torch.no_grad():
+        logits = model(torch.tensor([source]), torch.tensor([[tokenizer.bos_id, *target]]))[0]
+    ours = logits.log_softmax(-1).gather(1, torch.tensor([*target, tokenizer.eos_id])[:, None])
+    options = translate_options(DecodingConfig(), tokenizer, max_len=config.max_len)
+    translator = ctranslate2.Translator(str(out), device="cpu", intra_threads=1)
+    (result,) = translator.score_batch(
+        [tokenizer.tokens(text)],
+        [tokenizer.tokens("A dog.")],
+        max_input_length=options["max_input_length"],
+    )
+    torch.testing.assert_close(
+        torch.tensor(result.log_probs), ours.squeeze(1), atol=2e-4, rtol=1e-4
+    )

@@ -355,12 +355,17 @@ def translate_options(config, tokenizer, *, max_len: int) -> dict[str, Any]:
     CTranslate2's does when the hypotheses keep it (``return_end_token=True``), so strip it
     with :func:`strip_end_token`. pad and bos are suppressed, as attnkit forbids them.
 
+    Lengths: CTranslate2 counts eos in both of its limits. ``max_input_length=max_len`` keeps
+    ``max_len - 1`` source tokens and the eos, as :meth:`attnkit.decoding.Translator.encode`
+    cuts; ``max_decoding_length=max_len`` allows attnkit's longest output (``max_len - 1``
+    tokens and eos, every decoder position after bos).
+
     What differs: CTranslate2 renormalises the log-probabilities after suppressing tokens
-    (attnkit masks after the softmax), which moves scores by the suppressed tokens'
-    probability; and CTranslate2's limit is one ``max_decoding_length`` for the batch
-    (``max_len - 1``, every decoder position after bos) where attnkit stops each sentence
-    after ``max_len_a * source tokens + max_len_b`` tokens with a forced eos. Outputs that
-    reach attnkit's limit can therefore differ.
+    (attnkit masks after the softmax: the scores differ by log(1 - p) of the suppressed
+    tokens, negligible for a trained model's pad, bos, and eos at the first step), and its
+    length limit is one number for the whole batch, at which it keeps the hypotheses as they
+    are, where attnkit stops each sentence after ``max_len_a * source tokens + max_len_b``
+    tokens and forces eos. Outputs that reach attnkit's limit can therefore differ.
 
     Args:
         config: a :class:`~attnkit.decoding.DecodingConfig`.
@@ -383,8 +388,8 @@ def translate_options(config, tokenizer, *, max_len: int) -> dict[str, Any]:
         "num_hypotheses": config.n_best,
         "length_penalty": float(config.lenpen),
         "min_decoding_length": config.min_len,
-        "max_decoding_length": max_len - 1,
-        "max_input_length": max_len - 1,
+        "max_decoding_length": max_len,
+        "max_input_length": max_len,
         "return_end_token": True,
         "suppress_sequences": [[pad], [bos]],
     }
