@@ -182,8 +182,9 @@ def check_folder(folder: Path) -> None:
 
 def folder_kind(config: Mapping[str, Any]) -> str:
     """What a ``config.json`` describes: ``"translation"`` (attnkit's format, a checkpoint
-    included), a Hugging Face ``model_type`` such as ``"bert"`` or ``"gpt2"`` (attnkit's GPT
-    folders and language-model checkpoints are GPT-2 folders), or ``"unknown"``.
+    included), a Hugging Face ``model_type`` such as ``"bert"``, ``"gpt2"`` (attnkit's GPT
+    folders and language-model checkpoints are GPT-2 folders), ``"llama"``, ``"mistral"`` or
+    ``"qwen2"`` (GPTs with Llama's options), or ``"unknown"``.
 
     This is the one rule that tells model folders apart; :func:`model_kind` applies it to a
     folder and :func:`attnkit.pretrained_loading.load_pretrained` loads by it."""
@@ -197,6 +198,9 @@ def folder_kind(config: Mapping[str, Any]) -> str:
         return "bert"
     if any("GPT2" in str(a) for a in architectures):
         return "gpt2"
+    for kind, name in (("llama", "Llama"), ("mistral", "Mistral"), ("qwen2", "Qwen2")):
+        if any(str(a).startswith(f"{name}For") for a in architectures):
+            return kind
     return "unknown"
 
 
@@ -209,6 +213,11 @@ KIND_USES = {
     "gpt2": "a GPT-2 folder (Hugging Face's or an attnkit language model); use "
     "`attnkit generate --model DIR`, `attnkit evaluate --model DIR --text FILE` or "
     "`attnkit attention --model DIR`",
+    **{
+        kind: f"a Hugging Face {name} folder; use `attnkit generate --model DIR` or "
+        "attnkit.models.GPT.from_pretrained(DIR)"
+        for kind, name in (("llama", "Llama"), ("mistral", "Mistral"), ("qwen2", "Qwen2"))
+    },
 }
 # The kinds of folder attnkit loads (attnkit.pretrained_loading.load_pretrained).
 LOADABLE_KINDS = ("translation", "bert", "gpt2")

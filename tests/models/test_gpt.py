@@ -358,10 +358,26 @@ def test_padding_does_not_count_against_the_context():
         ("vocab_size", 0, r"vocab_size: expected an integer from 1"),
         ("context_length", "24", r"context_length: expected an integer"),
         ("dropout", 1.0, r"dropout: expected a number in \[0.0, 1.0\)"),
-        ("activation", "swish", r"activation: expected one of \['gelu', 'gelu_tanh', 'relu'\]"),
-        ("positional", "rope", r"positional: expected one of \['learned', 'sinusoidal'\]"),
+        (
+            "activation",
+            "swish",
+            r"activation: expected one of \['gelu', 'gelu_tanh', 'relu', 'silu'\]",
+        ),
+        ("positional", "alibi", r"positional: expected one of \['learned', 'sinusoidal', 'rope'\]"),
         ("eos_token_id", 53, r"eos_token_id: expected an integer from 0 to 52"),
         ("bias", 1, r"bias: expected true or false"),
+        ("num_kv_heads", 3, r"num_kv_heads: expected an integer from 1 to 2, got 3"),
+        ("num_kv_heads", 0, r"num_kv_heads: expected an integer from 1 to 2, got 0"),
+        ("norm", "batch", r"norm: expected one of \['layer', 'rms'\], got 'batch'"),
+        ("gated_ffn", "yes", r"gated_ffn: expected true or false"),
+        ("qkv_bias", 0, r"qkv_bias: expected true or false"),
+        ("rope_scaling", "yarn", r"rope_scaling: expected one of \['none', 'linear', 'llama3'\]"),
+        ("rope_base", 0.0, r"rope_base: expected a number in \(0.0, "),
+        ("rope_factor", -1.0, r"rope_factor: expected a number in \(0.0, "),
+        ("window", 0, r"window: expected an integer from 1"),
+        ("window", 2.5, r"window: expected an integer from 1"),
+        ("full_attention_layers", 1, r"full_attention_layers=1: needs a window"),
+        ("full_attention_layers", 3, r"full_attention_layers: expected an integer from 0 to 2"),
     ],
 )
 def test_bad_config_fields_are_named(field, value, message):
@@ -376,3 +392,152 @@ def test_dropout_is_active_in_training_only():
         assert torch.equal(model(ids).logits, model(ids).logits)
         model.train()
         assert not torch.equal(model(ids).logits, model(ids).logits)
+
+
+def test_num_heads_must_be_a_multiple_of_num_kv_heads():
+    with pytest.raises(ValueError, match=r"num_heads must be a multiple of num_kv_heads, got "):
+        GPTConfig(**{**TINY, "num_heads": 4, "num_kv_heads": 3})
+
+
+def test_rope_needs_an_even_head_width_and_llama3_ordered_factors():
+    with pytest.raises(ValueError, match=r"positional='rope': the head width .* must be even"):
+        GPTConfig(**{**TINY, "d_model": 18, "positional": "rope"})
+    with pytest.raises(ValueError, match=r"rope_high_freq_factor=1.0: must exceed"):
+        GPTConfig(**{**TINY, "rope_scaling": "llama3", "rope_high_freq_factor": 1.0})
+
+
+# --------------------------------------------------------------------------- Llama's options
+
+LLAMA = dict(
+    vocab_size=53, context_length=40, d_model=16, num_heads=4, num_kv_heads=2, num_layers=2,
+    d_ff=24, initializer_range=0.3,
+)  # fmt: skip
+
+
+def llama(**overrides) -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig.llama(**{**LLAMA, **overrides})).eval()
+
+
+def test_llama_style_config_and_model():
+    config = GPTConfig.llama(**LLAMA)
+    assert (config.positional, config.norm, config.activation) == ("rope", "rms", "silu")
+    assert config.gated_ffn and not config.bias and not config.tie_output
+    assert (config.dropout, config.attn_dropout, config.embed_dropout) == (0.0, 0.0, 0.0)
+    model = GPT(config)
+    assert model.positions is None and model.rotary is not None
+    names = set(model.state_dict())
+    assert not any("bias" in n or "positions" in n for n in names), sorted(names)
+    assert model.lm_head.weight is not model.embed.weight
+    block = model.blocks.layers[0]
+    assert block.self_attn.in_proj.weight.shape == (16 + 2 * 2 * 4, 16)
+    assert block.ffn.linear1.weight.shape == (48, 16)
+    # The GPT-2 default builds exactly what it built before (no rotary, LayerNorm, biases).
+    assert tiny().rotary is None
+
+
+@pytest.mark.parametrize("options", [{}, {"window": 3}, {"num_kv_heads": 1}])
+def test_llama_causal_a_later_token_never_changes_earlier_logits(options):
+    model = llama(**options)
+    ids = torch.randint(0, 53, (2, 9))
+    changed = ids.clone()
+    changed[:, 5:] = (changed[:, 5:] + 7) % 53
+    with torch.no_grad():
+        a, b = model(ids).logits, model(changed).logits
+    torch.testing.assert_close(a[:, :5], b[:, :5], atol=0, rtol=0)
+    assert not torch.allclose(a[:, 5:], b[:, 5:])
+
+
+def test_a_window_limits_how_far_back_a_token_sees():
+    model = llama(window=3)
+    ids = torch.randint(0, 53, (1, 9))
+    changed = ids.clone()
+    changed[0, 0] = (ids[0, 0] + 1) % 53
+    with torch.no_grad():
+        a, b = model(ids).logits, model(changed).logits
+    # Two layers of a 3-token window: token 0 reaches positions up to 0 + 2 * (3 - 1) = 4.
+    assert not torch.allclose(a[0, 4], b[0, 4])
+    torch.testing.assert_close(a[0, 5:], b[0, 5:], atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+@pytest.mark.parametrize("options", [{}, {"window": 3}, {"qkv_bias": True}])
+def test_llama_each_padded_row_equals_the_row_alone(rows, padding_side, options):
+    model = llama(**options)
+    ids, mask = padded(rows, padding_side)
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask).logits
+        for i, row in enumerate(rows):
+            torch.testing.assert_close(out[i][mask[i]], model(row[None]).logits[0], **TOL)
+    assert not out.isnan().any()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"num_kv_heads": 1}, {"window": 3}, {"window": 5, "full_attention_layers": 1}],
+    ids=["gqa", "mqa", "window", "qwen2_layers"],
+)
+@pytest.mark.parametrize("split", [1, 4, 7])
+def test_llama_prefill_then_steps_equals_one_full_pass(rows, options, split):
+    # Left-padded prompts (as generation pads them); with a window the cache of each windowed
+    # layer is a ring of `window` slots, overrun by both the prompt and the steps.
+    model = llama(**options)
+    prompt_ids, prompt_mask = padded(rows, "left")
+    new = torch.randint(1, 53, (len(rows), 6))
+    ids = torch.cat([prompt_ids, new], 1)
+    mask = torch.cat([prompt_mask, torch.ones(len(rows), 6, dtype=torch.bool)], 1)
+    with torch.no_grad():
+        full = model(ids, attention_mask=mask).logits
+    steps, cache = incremental(model, ids, mask, split, cache_len=ids.shape[1] + 2)
+    torch.testing.assert_close(steps[mask], full[mask], **TOL)
+    window = options.get("window")
+    for i, layer in enumerate(cache.layers):
+        windowed = window is not None and i >= options.get("full_attention_layers", 0)
+        assert layer.k.shape == (4, model.config.num_kv_heads or 4, window if windowed else 15, 4)
+    for i, row in enumerate(rows):  # each row continues as the row alone
+        with torch.no_grad():
+            alone = model(torch.cat([row, new[i]])[None]).logits[0, -6:]
+        torch.testing.assert_close(steps[i, -6:], alone, **TOL)
+
+
+def test_llama_cache_reorder_follows_the_selected_rows(rows):
+    model = llama(window=2)
+    ids, mask = padded(rows, "left")
+    cache = model.init_cache(4, ids.shape[1] + 2)
+    nxt = torch.randint(1, 53, (4, 2))
+    with torch.no_grad():
+        model(ids, attention_mask=mask, cache=cache)
+        model(nxt[:, :1], cache=cache)
+        index = torch.tensor([3, 1])
+        cache.reorder(index)
+        got = model(nxt[index, 1:], cache=cache).logits[:, 0]
+        full = model(
+            torch.cat([ids, nxt], 1)[index],
+            attention_mask=torch.cat([mask, torch.ones(4, 2, dtype=torch.bool)], 1)[index],
+        ).logits[:, -1]
+    torch.testing.assert_close(got, full, **TOL)
+
+
+def test_llama_weights_follow_the_window(rows):
+    model = llama(window=3)
+    ids, mask = padded(rows, "left")
+    with torch.no_grad():
+        weights = model(ids, attention_mask=mask, return_weights=True).weights
+    t = ids.shape[1]
+    i, j = torch.meshgrid(torch.arange(t), torch.arange(t), indexing="ij")
+    for w in weights:
+        assert w.shape == (4, 4, t, t)
+        assert (w[..., (j > i) | (j <= i - 3)] == 0).all()
+
+
+def test_llama_in_bfloat16_and_under_autocast(rows):
+    model = llama()
+    ids, mask = padded(rows, "left")
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask).logits
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            auto = model(ids, attention_mask=mask).logits
+        half = model.to(torch.bfloat16)(ids, attention_mask=mask).logits
+    for got in (auto, half):
+        assert got.dtype == torch.bfloat16
+        torch.testing.assert_close(got[mask].float(), want[mask], atol=0.3, rtol=0.05)

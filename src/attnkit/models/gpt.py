@@ -1,10 +1,20 @@
 """GPT: the decoder-only Transformer (seed 001's ``CausalAttention``, seed 002's causal mask),
-built from attnkit's own pre-LN layers and able to read and write Hugging Face GPT-2 folders.
+built from attnkit's own pre-LN layers and able to read and write Hugging Face GPT-2, Llama,
+Mistral and Qwen2 folders.
 
 A GPT block is an :class:`~attnkit.modules.EncoderLayer` whose self-attention is causal: the
 model is token + position embeddings, a pre-LN :class:`~attnkit.modules.Encoder` called with
 ``causal=True`` (one attention function, no second implementation), a final LayerNorm and a
 language-model head tied to the token embeddings.
+
+The same model in Llama's form (:meth:`GPTConfig.llama`) differs only in options of those
+layers: rotary position embeddings applied to queries and keys inside the attention instead of
+position vectors added to the tokens, RMSNorm, a SwiGLU feed-forward, fewer key/value heads
+than query heads (grouped-query attention), no biases (Qwen2: biases on the query/key/value
+projection), an untied head, and for Mistral and Qwen2 a sliding window. With a window the
+cache of each windowed layer keeps the last ``window`` slots only; the window counts slots,
+as Hugging Face's does, which for left-padded prompts (how generation pads) is the row's last
+``window`` tokens.
 
 Batches of prompts of different lengths are padded (left or right) and come with an
 ``attention_mask``; each row's positions count its real tokens only (Hugging Face's
@@ -36,7 +46,9 @@ from attnkit.models.config_checks import (
 from attnkit.modules.encoder import Encoder
 from attnkit.modules.feed_forward import ACTIVATIONS
 from attnkit.modules.kv_cache import KVCache, PaddingCache, positions_from_mask
+from attnkit.modules.norm import NORMS, RMSNorm
 from attnkit.modules.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from attnkit.modules.rotary import ROPE_SCALINGS, RotaryEmbedding
 
 __all__ = ["GPT", "GPTCache", "GPTConfig", "GPTOutput"]
 
@@ -59,12 +71,26 @@ class GPTConfig:
     embed_dropout: float = 0.1  # on token + position embeddings (HF embd_pdrop)
     bias: bool = True  # biases in the linear layers
     activation: str = "gelu_tanh"  # feed-forward activation: GPT-2's tanh-approximated GELU
-    positional: str = "learned"  # "learned" (GPT-2) or "sinusoidal"
+    positional: str = "learned"  # "learned" (GPT-2), "sinusoidal" or "rope" (rotary, Llama)
     tie_output: bool = True  # the output head is the token embedding matrix
-    layer_norm_eps: float = 1e-5  # HF layer_norm_epsilon
+    layer_norm_eps: float = 1e-5  # HF layer_norm_epsilon (rms_norm_eps with norm = "rms")
     initializer_range: float = 0.02  # std of the normal init of weights and embeddings
     bos_token_id: int | None = 50256  # GPT-2's <|endoftext|>
     eos_token_id: int | None = 50256
+    # Today's decoder-only models (Llama, Mistral, Qwen2; GPTConfig.llama); defaults: GPT-2.
+    num_kv_heads: int | None = None  # key/value heads: < num_heads GQA, 1 MQA; None: num_heads
+    norm: str = "layer"  # "layer" (LayerNorm, GPT-2) or "rms" (RMSNorm, Llama)
+    gated_ffn: bool = False  # gated feed-forward; SwiGLU with activation = "silu" (Llama)
+    qkv_bias: bool | None = None  # query/key/value biases; None: `bias` (Qwen2: true, bias false)
+    rope_base: float = 10000.0  # positional = "rope": base of the frequencies (HF rope_theta)
+    rope_scaling: str = "none"  # "none", "linear" or "llama3" (HF rope_type)
+    rope_factor: float = 1.0  # rope_scaling "linear" / "llama3": the factor
+    rope_low_freq_factor: float = 1.0  # rope_scaling "llama3"
+    rope_high_freq_factor: float = 4.0  # rope_scaling "llama3"
+    rope_original_context: int = 8192  # "llama3": HF original_max_position_embeddings
+    rope_interleaved: bool = False  # rotate dims (2i, 2i+1) (GPT-J, Meta); False: HF half-split
+    window: int | None = None  # sliding window: a token sees itself and window - 1 before it
+    full_attention_layers: int = 0  # with a window: the first N layers see everything (Qwen2)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "context_length", "d_model", "num_heads", "num_layers", "d_ff"):
@@ -72,19 +98,92 @@ class GPTConfig:
         check_divisible("d_model", self.d_model, "num_heads", self.num_heads)
         for name in ("dropout", "attn_dropout", "embed_dropout"):
             check_probability(name, getattr(self, name))
-        for name in ("bias", "tie_output"):
+        for name in ("bias", "tie_output", "gated_ffn", "rope_interleaved"):
             check_bool(name, getattr(self, name))
+        if self.qkv_bias is not None:
+            check_bool("qkv_bias", self.qkv_bias)
         check_choice("activation", self.activation, sorted(ACTIVATIONS))
-        check_choice("positional", self.positional, ("learned", "sinusoidal"))
+        check_choice("positional", self.positional, ("learned", "sinusoidal", "rope"))
+        check_choice("norm", self.norm, NORMS)
         check_number("layer_norm_eps", self.layer_norm_eps, low=0.0, high=1.0, low_open=True)
         check_number("initializer_range", self.initializer_range, low=0.0, high=1.0)
         for name in ("bos_token_id", "eos_token_id"):
             if getattr(self, name) is not None:
                 check_size(name, getattr(self, name), minimum=0, maximum=self.vocab_size - 1)
+        if self.num_kv_heads is not None:
+            check_size("num_kv_heads", self.num_kv_heads, maximum=self.num_heads)
+            check_divisible("num_heads", self.num_heads, "num_kv_heads", self.num_kv_heads)
+        self._check_rope()
+        if self.window is not None:
+            check_size("window", self.window)
+        check_size("full_attention_layers", self.full_attention_layers, minimum=0,
+                   maximum=self.num_layers)  # fmt: skip
+        if self.full_attention_layers and self.window is None:
+            raise ValueError(
+                f"full_attention_layers={self.full_attention_layers}: needs a window (the "
+                "layers after the first full_attention_layers attend to the window)"
+            )
         d, layers = self.d_model, self.num_layers
-        count = self.vocab_size * d * (1 if self.tie_output else 2) + self.context_length * d
-        count += layers * (4 * d * d + 2 * d * self.d_ff)
+        kv_width = (self.num_kv_heads or self.num_heads) * (d // self.num_heads)
+        positions = self.context_length * d if self.positional == "learned" else 0
+        count = self.vocab_size * d * (1 if self.tie_output else 2) + positions
+        ffn = (3 if self.gated_ffn else 2) * d * self.d_ff
+        count += layers * (2 * d * d + 2 * d * kv_width + ffn)
         check_parameters("GPTConfig", count, f"{layers} layers of width {d}")
+
+    def _check_rope(self) -> None:
+        check_number("rope_base", self.rope_base, low=0.0, high=1e12, low_open=True)
+        check_choice("rope_scaling", self.rope_scaling, ROPE_SCALINGS)
+        check_number("rope_factor", self.rope_factor, low=0.0, high=1e6, low_open=True)
+        for name in ("rope_low_freq_factor", "rope_high_freq_factor"):
+            check_number(name, getattr(self, name), low=0.0, high=1e6, low_open=True)
+        check_size("rope_original_context", self.rope_original_context)
+        if (
+            self.rope_scaling == "llama3"
+            and self.rope_high_freq_factor <= self.rope_low_freq_factor
+        ):
+            raise ValueError(
+                f"rope_high_freq_factor={self.rope_high_freq_factor}: must exceed "
+                f"rope_low_freq_factor={self.rope_low_freq_factor}"
+            )
+        if self.positional == "rope" and (self.d_model // self.num_heads) % 2:
+            raise ValueError(
+                f"positional='rope': the head width d_model / num_heads must be even, got "
+                f"{self.d_model} / {self.num_heads} = {self.d_model // self.num_heads}"
+            )
+
+    @classmethod
+    def llama(cls, **fields) -> GPTConfig:
+        """A Llama-style config: rotary positions, RMSNorm (eps 1e-6), a SwiGLU feed-forward,
+        no biases, no dropout, an untied head, no bos/eos; ``fields`` set the sizes and may
+        override any of these (``num_kv_heads`` for GQA, ``window`` for Mistral's window,
+        ``qkv_bias=True`` for Qwen2).
+
+        Example:
+            >>> GPTConfig.llama(vocab_size=32000, d_model=512, num_heads=8, num_kv_heads=2,
+            ...                 num_layers=8, d_ff=1408, context_length=4096)
+        """
+        style = dict(
+            positional="rope", norm="rms", gated_ffn=True, activation="silu", bias=False,
+            dropout=0.0, attn_dropout=0.0, embed_dropout=0.0, tie_output=False,
+            layer_norm_eps=1e-6, bos_token_id=None, eos_token_id=None,
+        )  # fmt: skip
+        return cls(**{**style, **fields})
+
+    def rotary_embedding(self) -> RotaryEmbedding | None:
+        """The :class:`~attnkit.modules.RotaryEmbedding` of ``positional = "rope"``, or None."""
+        if self.positional != "rope":
+            return None
+        return RotaryEmbedding(
+            self.d_model // self.num_heads,
+            base=self.rope_base,
+            scaling=self.rope_scaling,
+            factor=self.rope_factor,
+            low_freq_factor=self.rope_low_freq_factor,
+            high_freq_factor=self.rope_high_freq_factor,
+            original_context=self.rope_original_context,
+            interleaved=self.rope_interleaved,
+        )
 
 
 # --------------------------------------------------------------------------- outputs, cache
@@ -145,10 +244,12 @@ class GPT(nn.Module):
         super().__init__()
         self.config = c = config
         self.embed = nn.Embedding(c.vocab_size, c.d_model)
+        self.positions: nn.Module | None = None  # added position vectors (not with RoPE)
         if c.positional == "learned":
             self.positions = LearnedPositionalEmbedding(c.context_length, c.d_model)
-        else:
+        elif c.positional == "sinusoidal":
             self.positions = SinusoidalPositionalEncoding(c.d_model, c.context_length)
+        self.rotary = c.rotary_embedding()  # rotates queries and keys inside the attention (RoPE)
         self.embed_dropout = nn.Dropout(c.embed_dropout)
         self.blocks = Encoder(
             c.num_layers,
@@ -165,6 +266,12 @@ class GPT(nn.Module):
             norm_first=True,
             layer_norm_eps=c.layer_norm_eps,
             bias=c.bias,
+            norm=c.norm,
+            gated=c.gated_ffn,
+            num_kv_heads=c.num_kv_heads,
+            qkv_bias=c.qkv_bias,
+            window=c.window,
+            full_attention_layers=c.full_attention_layers,
         )
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self.tokenizer = tokenizer
@@ -178,7 +285,8 @@ class GPT(nn.Module):
 
     def _init_weights(self) -> None:
         """GPT-2's init: N(0, initializer_range) weights and embeddings, zero biases, unit
-        LayerNorms; the projections into the residual stream get std / sqrt(2 num_layers)."""
+        LayerNorms (and RMSNorms); the projections into the residual stream get
+        std / sqrt(2 num_layers)."""
         std = self.config.initializer_range
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -188,6 +296,8 @@ class GPT(nn.Module):
             if isinstance(module, nn.LayerNorm):
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
+            if isinstance(module, RMSNorm):
+                nn.init.ones_(module.weight)
         residual_std = std / (2 * self.config.num_layers) ** 0.5
         for layer in self.blocks.layers:
             nn.init.normal_(layer.self_attn.out_proj.weight, std=residual_std)
@@ -231,7 +341,12 @@ class GPT(nn.Module):
             positions = cache.padding.positions(keep, t)  # (B, T)
             self._check_positions(positions, keep)
             mask = cache.padding.update(keep, t)  # (B, 1, T_cached) or None
-        x = self.embed(ids) + self._position_vectors(positions)  # (B, T, d_model)
+        rotary = None
+        if self.rotary is None:
+            x = self.embed(ids) + self._position_vectors(positions)  # (B, T, d_model)
+        else:
+            x = self.embed(ids)  # (B, T, d_model); positions rotate queries and keys
+            rotary = self.rotary(positions, dtype=x.dtype)  # (B or 1, T, 1, head_dim) each
         x = self.embed_dropout(x)
         hidden, weights = self.blocks(
             x,
@@ -239,6 +354,7 @@ class GPT(nn.Module):
             causal=True,
             caches=None if cache is None else cache.layers,
             return_weights=return_weights,
+            rotary=rotary,
         )
         return GPTOutput(self.lm_head(hidden) if project else None, weights, hidden)
 
@@ -314,7 +430,9 @@ class GPT(nn.Module):
         dtype: torch.dtype | None = None,
         device: torch.device | str | None = None,
     ) -> GPTCache:
-        """Empty caches for ``batch_size`` rows and ``max_len`` slots (padding included).
+        """Empty caches for ``batch_size`` rows and ``max_len`` slots (padding included): per
+        layer the key/value heads only (``num_kv_heads``), and at most ``window`` slots in a
+        layer with a sliding window.
 
         Args:
             batch_size: rows.
@@ -347,22 +465,29 @@ class GPT(nn.Module):
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
     ) -> GPT:
-        """Read a Hugging Face GPT-2 folder: ``config.json``, ``model.safetensors`` and, if
-        present, ``tokenizer.json``. Nothing is downloaded; pickle checkpoints are refused.
+        """Read a Hugging Face GPT-2, Llama, Mistral or Qwen2 folder (by its ``model_type``):
+        ``config.json``, ``model.safetensors`` and, if present, ``tokenizer.json``. Nothing is
+        downloaded; pickle checkpoints are refused.
 
         Returns:
             The model in eval mode on ``device`` in ``dtype``, with its tokenizer (or None).
         """
-        from attnkit.models import gpt_hf
+        from attnkit import model_folder as mf
+        from attnkit.models import gpt_hf, llama_hf
 
-        return gpt_hf.load(cls, folder, device=device, dtype=dtype)
+        kind = mf.expect_kind(folder, mf.read_config(folder), "gpt2", *llama_hf.KINDS)
+        loader = gpt_hf if kind == "gpt2" else llama_hf
+        return loader.load(cls, folder, device=device, dtype=dtype)
 
     def save_pretrained(self, folder: str | Path) -> Path:
-        """Write ``config.json``, ``model.safetensors`` (Hugging Face GPT-2 names, Conv1D
-        weights transposed) and the tokenizer, if any, to ``folder``, atomically."""
-        from attnkit.models import gpt_hf
+        """Write ``config.json``, ``model.safetensors`` and the tokenizer, if any, to
+        ``folder``, atomically: a GPT-2 folder (Hugging Face GPT-2 names, Conv1D weights
+        transposed), or, for rotary positions, a Llama, Mistral or Qwen2 folder
+        (:func:`attnkit.models.llama_hf.hf_kind` says which)."""
+        from attnkit.models import gpt_hf, llama_hf
 
-        return gpt_hf.save(self, folder)
+        saver = llama_hf if self.config.positional == "rope" else gpt_hf
+        return saver.save(self, folder)
 
     def num_parameters(self) -> int:
         """Parameters, the tied head counted once."""

@@ -37,8 +37,9 @@ HF_ACTIVATIONS = {
     "gelu_pytorch_tanh": "gelu_tanh",
     "gelu": "gelu",
     "relu": "relu",
+    "silu": "silu",
 }
-TO_HF_ACTIVATION = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
+TO_HF_ACTIVATION = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu"}
 
 # GPT2Config options that change the computation; only the value given is implemented.
 REQUIRED_OPTIONS = {
@@ -104,13 +105,27 @@ def config_from_hf(d: dict, *, source: str | os.PathLike[str] = "config.json") -
 
 def config_to_hf(config: GPTConfig) -> dict:
     """The GPT-2 ``config.json`` dict of ``config``; a ValueError names a setting GPT-2 folders
-    cannot hold (sinusoidal positions, linear layers without bias)."""
+    cannot hold (sinusoidal or rotary positions, linear layers without bias, the options of
+    Llama-style models)."""
     if config.positional != "learned":
         raise ValueError(
             f"positional={config.positional!r}: a GPT-2 folder holds learned positions only"
         )
     if not config.bias:
         raise ValueError("bias=False: GPT-2 folders hold linear layers with biases only")
+    refused = {
+        "norm": (config.norm != "layer", "LayerNorm only"),
+        "gated_ffn": (config.gated_ffn, "a plain (not gated) feed-forward only"),
+        "num_kv_heads": (
+            config.num_kv_heads not in (None, config.num_heads),
+            "as many key/value heads as query heads only",
+        ),
+        "qkv_bias": (config.qkv_bias is False, "query/key/value biases only"),
+        "window": (config.window is not None, "attention to every earlier position only"),
+    }
+    for field, (bad, holds) in refused.items():
+        if bad:
+            raise ValueError(f"{field}={getattr(config, field)!r}: a GPT-2 folder holds {holds}")
     return {
         "architectures": ["GPT2LMHeadModel"],
         "model_type": "gpt2",
