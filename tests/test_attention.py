@@ -644,6 +644,38 @@ def test_short_kernel_is_not_taken_outside_short_cpu_training(monkeypatch, case)
     assert calls == []
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal, t_q", [(True, 1), (False, 5), (True, 7)])
+def test_short_kernel_serves_half_precision_inference(monkeypatch, dtype, causal, t_q):
+    """Without autograd, bf16/fp16 at short keys (a decoder step, cross-attention of a beam,
+    an encoder) take the short kernel, and give the float64 reference's values."""
+    g = torch.Generator().manual_seed(4)
+    t_k = 7
+    q, k, v = (torch.randn(3, 4, t, 8, generator=g, dtype=torch.float64) for t in (t_q, t_k, t_k))
+    mask = torch.rand(3, 1, 1, t_k, generator=g) > 0.3
+    mask[..., -1] = True  # every row has a key
+    calls = _count_short_kernel(monkeypatch)
+    with torch.inference_mode():
+        got = scaled_dot_product_attention(*(t.to(dtype) for t in (q, k, v)), mask, causal=causal)
+    assert len(calls) == 1 and got.dtype == dtype
+    want = _torch_reference(*(t.to(dtype).double() for t in (q, k, v)), mask, causal)
+    torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)
+
+
+def test_short_kernel_leaves_float32_inference_and_grouped_heads_to_torch(monkeypatch):
+    """float32 without autograd is as fast in torch's kernel; grouped key/value heads would
+    have to be repeated for the short kernel (the fused path folds them instead)."""
+    q = torch.randn(2, 4, 1, 8, dtype=torch.bfloat16)
+    kv = torch.randn(2, 2, 6, 8, dtype=torch.bfloat16)  # 2 key/value heads for 4 query heads
+    calls = _count_short_kernel(monkeypatch)
+    with torch.no_grad():
+        scaled_dot_product_attention(
+            q.float(), kv.repeat(1, 2, 1, 1).float(), kv.repeat(1, 2, 1, 1).float()
+        )
+        scaled_dot_product_attention(q, kv, kv)
+    assert calls == []
+
+
 # --------------------------------------------------------------------------- every path alike
 
 

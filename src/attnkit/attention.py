@@ -271,8 +271,11 @@ def _select_backend(
     """The backend for one call. The rule, first match wins:
 
     1. ``readable`` when the weights are asked for (only it makes them);
-    2. ``short`` when training on a CPU: autograd records the call, keys are at most
-       ``SHORT_KEYS_MAX`` long, float32/float64, no attention dropout, no gradient for the mask;
+    2. ``short`` on a CPU with keys at most ``SHORT_KEYS_MAX`` long, no attention dropout, no
+       gradient for the mask, as many key/value heads as query heads, and either autograd
+       recording the call in float32/float64 (training) or, without autograd, bfloat16 or
+       float16 (inference, where torch's fused CPU kernel is 1.3-3x slower than three
+       matmuls at translation lengths; in float32 it is as fast, docs/benchmarks.md);
     3. ``fused`` otherwise.
 
     Afterwards, a ``short`` or ``fused`` result that :func:`_fast_result_trusted` rejects (NaN
@@ -282,14 +285,16 @@ def _select_backend(
     if return_weights:
         return READABLE
     if (
-        query.device.type == "cpu"
-        and key.shape[-2] <= SHORT_KEYS_MAX
-        and dropout == 0.0
-        and query.dtype in (torch.float32, torch.float64)
-        and torch.is_grad_enabled()
-        and any(t.requires_grad for t in (query, key, value))
-        and (mask is None or not mask.requires_grad)
+        query.device.type != "cpu"
+        or key.shape[-2] > SHORT_KEYS_MAX
+        or dropout != 0.0
+        or (mask is not None and mask.requires_grad)
+        or (key.dim() >= 3 and query.dim() >= 3 and key.shape[-3] != query.shape[-3])
     ):
+        return FUSED
+    recording = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+    half = query.dtype in (torch.bfloat16, torch.float16)
+    if (recording and query.dtype in (torch.float32, torch.float64)) or (half and not recording):
         return SHORT
     return FUSED
 
