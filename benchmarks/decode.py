@@ -230,24 +230,35 @@ def ct2_sides(folder: str, tokenizer, options: dict, threads: int, batch_tokens:
     return sides
 
 
-def take_turns(sides: dict, lines: list[str], rounds: int):
-    """Every side translates all ``lines`` once per round, the first side rotating, so that
+def take_turns(sides: dict, lines: list[str], rounds: int, chunk: int):
+    """Every side translates all ``lines`` once per round, in chunks of ``chunk`` lines: each
+    chunk goes to every side in turn, the first side rotating from chunk to chunk, so that
     load from other processes slows every side alike. Returns name -> (wall seconds per round,
     CPU seconds of the process per round (every thread's), translations, whether every round
     gave the same translations)."""
     names = list(sides)
-    seconds = {name: [] for name in names}
-    cpu = {name: [] for name in names}
-    outputs: dict[str, list[str]] = {}
-    stable = dict.fromkeys(names, True)
+    seconds = {name: [0.0] * rounds for name in names}
+    cpu = {name: [0.0] * rounds for name in names}
+    outputs: dict[str, list[list[str]]] = {name: [[] for _ in range(rounds)] for name in names}
+    turn = 0
     for r in range(rounds):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            start, start_cpu = time.perf_counter(), time.process_time()
-            out = sides[name](lines)
-            seconds[name].append(time.perf_counter() - start)
-            cpu[name].append(time.process_time() - start_cpu)
-            stable[name] &= outputs.setdefault(name, out) == out
-    return {name: (seconds[name], cpu[name], outputs[name], stable[name]) for name in names}
+        for begin in range(0, len(lines), chunk):
+            part = lines[begin : begin + chunk]
+            for name in names[turn % len(names) :] + names[: turn % len(names)]:
+                start, start_cpu = time.perf_counter(), time.process_time()
+                outputs[name][r] += sides[name](part)
+                seconds[name][r] += time.perf_counter() - start
+                cpu[name][r] += time.process_time() - start_cpu
+            turn += 1
+    return {
+        name: (
+            seconds[name],
+            cpu[name],
+            outputs[name][0],
+            all(o == outputs[name][0] for o in outputs[name]),
+        )
+        for name in names
+    }
 
 
 def ctranslate2_suite(args: argparse.Namespace) -> None:
@@ -259,7 +270,8 @@ def ctranslate2_suite(args: argparse.Namespace) -> None:
     attnkit; intra_threads for CTranslate2, inter_threads 1); beam ``--beam``, attnkit's search
     settings mapped to translate_batch by ``attnkit.export.translate_options``; CTranslate2
     batches by ``--batch-tokens`` tokens. Sides take turns over ``--rounds`` rounds after a
-    warm-up; speed is the median over rounds of sentences / seconds, tokenization and
+    warm-up, in turns of ``--chunk`` sentences (each chunk goes to every side before the next
+    chunk); speed is the median over rounds of sentences / seconds, tokenization and
     detokenization included on both sides. BLEU is attnkit's (equal to sacreBLEU, 13a).
     """
     import ctranslate2
@@ -287,14 +299,15 @@ def ctranslate2_suite(args: argparse.Namespace) -> None:
         )
         print(
             f"{folder}: Multi30k test2016 de->en, {len(lines)} sentences, beam {args.beam}, "
-            f"{args.threads} threads per side, {args.rounds} rounds; CTranslate2 "
+            f"{args.threads} threads per side, {args.rounds} rounds in turns of {args.chunk} "
+            f"sentences; CTranslate2 "
             f"translate_batch({', '.join(f'{k}={v!r}' for k, v in options.items())}, "
             f"max_batch_size={args.batch_tokens}, batch_type='tokens')"
         )
         for name, (_, how) in sides.items():
             print(f"  {name}: {how}")
-        take_turns(runs, lines[:50], 1)  # warm-up
-        results = take_turns(runs, lines, args.rounds)
+        take_turns(runs, lines[:50], 1, args.chunk)  # warm-up
+        results = take_turns(runs, lines, args.rounds, args.chunk)
     report(results, refs, len(lines))
 
 
@@ -348,6 +361,9 @@ def main() -> None:
     parser.add_argument("--sides", default="cached,recompute,hf", help="random suite: sides")
     parser.add_argument("--rounds", type=int, default=3, help="ctranslate2 suite: rounds")
     parser.add_argument("--model", default=None, help="ctranslate2 suite: model folder")
+    parser.add_argument(
+        "--chunk", type=int, default=250, help="ctranslate2 suite: sentences per turn"
+    )
     args = parser.parse_args()
     if args.suite == "ctranslate2":
         ctranslate2_suite(args)
