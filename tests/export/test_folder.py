@@ -98,3 +98,16 @@ def test_stray_files_are_refused(tmp_path):
         with atomic_export_folder(tmp_path / "out") as tmp:
             (tmp / "notes.txt").write_text("x")
     assert not (tmp_path / "out").exists()
+
+
+def test_leftovers_of_a_killed_export_are_removed(tmp_path):
+    """A writer killed between its renames leaves NAME.old-<pid> (or a partial NAME.tmp-<pid>);
+    the next export removes them, and nothing that holds other files."""
+    write_export(tmp_path / "out.old-123")
+    (tmp_path / "out.tmp-456").mkdir()
+    (tmp_path / "out.tmp-456" / "model.bin").write_bytes(b"partial")
+    (tmp_path / "out.tmp-789").mkdir()
+    (tmp_path / "out.tmp-789" / "notes.txt").write_text("not ours")
+    with atomic_export_folder(tmp_path / "out") as tmp:
+        (tmp / "model.bin").write_bytes(b"new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "out.tmp-789"]

@@ -5,7 +5,8 @@ An export folder holds another engine's files, so :func:`attnkit.model_folder.at
 does not recognise it. The rules are the same: it is written into ``NAME.tmp-<pid>/``, every
 file and the folder are fsynced, an existing ``NAME`` is renamed to ``NAME.old-<pid>``, the new
 folder takes the name and the old one is deleted, so a process killed at any moment leaves a
-complete folder under ``NAME`` or ``NAME.old-<pid>``. An existing ``NAME`` is replaced only if
+complete folder under ``NAME`` or ``NAME.old-<pid>`` (the next export of ``NAME`` deletes such
+leftovers). An existing ``NAME`` is replaced only if
 it is empty or an export attnkit wrote: nothing but :data:`EXPORT_FILES`, and an
 ``attnkit_export.json`` that says so (:func:`is_export_folder`).
 """
@@ -13,6 +14,7 @@ it is empty or an export attnkit wrote: nothing but :data:`EXPORT_FILES`, and an
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +23,7 @@ from pathlib import Path
 from attnkit import model_folder as mf
 from attnkit.files import fsync_folder
 
+_STALE = re.compile(r"\.(tmp|old)-\d+")  # the suffix of a writer's temporary folder
 RECORD_FILE = "attnkit_export.json"
 EXPORT_FORMAT = "ctranslate2"
 # What a CTranslate2 export holds: CTranslate2's files (model.bin, config.json and a shared or
@@ -140,3 +143,14 @@ def atomic_export_folder(out: str | os.PathLike[str]) -> Iterator[Path]:
     fsync_folder(out.parent, strict=True)
     if old.exists():
         shutil.rmtree(old)
+    _remove_stale(out)
+
+
+def _remove_stale(out: Path) -> None:
+    """Deletes ``NAME.tmp-<pid>`` / ``NAME.old-<pid>`` folders left by killed writers, once
+    ``out`` is in place; only folders holding nothing but export files."""
+    for stale in out.parent.glob(f"{mf.glob_escape(out.name)}.*-*"):
+        if not (stale.is_dir() and _STALE.fullmatch(stale.name[len(out.name) :])):
+            continue
+        if all(p.name in EXPORT_FILES and p.is_file() for p in stale.iterdir()):
+            shutil.rmtree(stale, ignore_errors=True)
