@@ -14,9 +14,10 @@ the token strings with CTranslate2, detokenize with it) and attnkit_export.json 
 exported, and the translate_batch options that reproduce attnkit's beam search). A model
 option the spec cannot express is refused, naming the option.
 
---quantization sets the type of the weights on disk: float32 (default; the export translates
-token for token as attnkit does in float32), int16 or int8 (smaller and faster; CTranslate2
-can also quantize a float32 export when it loads it, compute_type="int8").
+--quantization sets the type of the weights on disk: float32 (default; with the options in
+attnkit_export.json, CTranslate2 then gives attnkit's float32 translations token for token),
+int16 or int8 (smaller and faster; CTranslate2 can also quantize a float32 export when it
+loads it, compute_type="int8").
 
 --out must be new, empty, or an earlier `attnkit export`; it is written whole or not at all.
 Needs ctranslate2: pip install 'attnkit[export]'.
