@@ -662,6 +662,22 @@ def test_short_kernel_serves_half_precision_inference(monkeypatch, dtype, causal
     torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_half_precision_decoding_step_is_computed_in_float32(dtype, kv_heads):
+    """One query per row, long keys, no autograd (a GPT decoding step): the fused path runs
+    in float32 and rounds once at the end, so it equals the float32 result cast back."""
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(3, 4, 1, 16, generator=g).to(dtype)
+    k, v = (torch.randn(3, kv_heads, SHORT_KEYS_MAX + 20, 16, generator=g).to(dtype) for _ in "kv")
+    mask = torch.rand(3, 1, 1, SHORT_KEYS_MAX + 20, generator=g) > 0.2
+    with torch.no_grad():
+        got = scaled_dot_product_attention(q, k, v, mask, causal=True)
+        want = scaled_dot_product_attention(q.float(), k.float(), v.float(), mask, causal=True)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got, want.to(dtype), rtol=0, atol=0)
+
+
 def test_short_kernel_leaves_float32_inference_and_grouped_heads_to_torch(monkeypatch):
     """float32 without autograd is as fast in torch's kernel; grouped key/value heads would
     have to be repeated for the short kernel (the fused path folds them instead)."""

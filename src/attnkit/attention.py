@@ -473,6 +473,24 @@ def _fused(
     of G queries (no causal rule or window reaches inside it: they are the same position), which
     runs torch's kernel 2-10x faster than ``enable_gqa`` on a CPU at decoding shapes.
     """
+    if (
+        query.dtype in (torch.bfloat16, torch.float16)
+        and query.device.type == "cpu"
+        and query.shape[-2] == 1
+        and not (torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)))
+    ):
+        # One query per row in half precision without autograd (a decoding step): torch's CPU
+        # kernel is 2-4x slower in bf16 than in float32 there, more than the cast of the keys
+        # and values costs (docs/benchmarks.md, "Text generation").
+        mask = prepared.mask
+        if mask is not None and mask.dtype != torch.bool:
+            mask = mask.float()
+        wide = _PreparedMask(mask, prepared.causal, prepared.empty)
+        out = _fused(
+            query.float(), key.float(), value.float(), wide,
+            dropout=dropout, scale=scale, groups=groups,
+        )  # fmt: skip
+        return out.to(query.dtype)
     mask = prepared.mask
     if groups > 1 and query.shape[-2] == 1 and not prepared.causal:
         *lead, heads, _, d_k = query.shape
