@@ -170,3 +170,44 @@ def test_bad_prompts(pair, prompts):
 def test_config_errors_name_the_setting(kwargs, name):
     with pytest.raises((ValueError, TypeError), match=name):
         GenerationConfig(**kwargs)
+
+
+# --------------------------------------------------------------------------- Llama's options
+
+
+def _llama(**options):
+    from attnkit.models import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    config = GPTConfig.llama(
+        vocab_size=97, context_length=128, d_model=32, num_heads=4, num_kv_heads=2,
+        num_layers=2, d_ff=48, initializer_range=0.3, **options,
+    )  # fmt: skip
+    return GPT(config).eval()
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"window": 4}, {"window": 6, "full_attention_layers": 1}], ids=str
+)
+def test_llama_generation_with_the_cache_equals_recomputing(options):
+    # 40 tokens after prompts of 3-11 ids: a window of 4 or 6 is overrun many times; the cache
+    # allocated for it holds the window only, with the key/value heads only.
+    model = _llama(**options)
+    prompts = [list(range(1, 12)), [5, 6, 7], [9, 8, 7, 6, 5, 4]]
+    allocated = []
+    init_cache = model.init_cache
+    model.init_cache = lambda *a, **k: allocated.append(init_cache(*a, **k)) or allocated[-1]
+    config = GenerationConfig(max_new_tokens=40, eos_ids=())
+    cached = generate(model, prompts, config)
+    del model.init_cache
+    recomputed = generate(
+        model, prompts, GenerationConfig(max_new_tokens=40, eos_ids=(), use_cache=False)
+    )
+    assert cached.tokens == recomputed.tokens
+    for a, b in zip(cached.logprobs, recomputed.logprobs, strict=True):
+        assert a == pytest.approx(b, abs=1e-4)
+    (cache,) = allocated
+    window = options.get("window")
+    for i, layer in enumerate(cache.layers):
+        windowed = window is not None and i >= options.get("full_attention_layers", 0)
+        assert layer.k.shape == (3, 2, window if windowed else 11 + 40, 8)

@@ -128,3 +128,23 @@ def test_training_after_generation_uses_autograd_and_the_new_weights():
     after = generate(model, [[1, 2, 3]], config).tokens
     assert after == [expected]
     assert before != after
+
+
+def test_llama_options_run_on_packed_weights():
+    # Grouped-query in_proj (D + 2 H_kv hd rows), the gated feed-forward's stacked linear1 and
+    # an untied head are plain nn.Linear: all packed, the same logits as F.linear.
+    torch.manual_seed(0)
+    config = GPTConfig.llama(
+        vocab_size=97, context_length=32, d_model=32, num_heads=4, num_kv_heads=2,
+        num_layers=2, d_ff=48, initializer_range=0.3, window=5,
+    )  # fmt: skip
+    model = GPT(config).eval()
+    ids = torch.randint(0, 97, (2, 9))
+    with torch.inference_mode():
+        want = model(ids).logits
+        with packed_linears(model):
+            patched = [m for m in model.modules() if "forward" in m.__dict__]
+            got = model(ids).logits
+    assert model.blocks.layers[0].self_attn.in_proj in patched
+    assert model.blocks.layers[0].ffn.linear1 in patched and model.lm_head in patched
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -347,7 +347,7 @@ class GPT(nn.Module):
         else:
             x = self.embed(ids)  # (B, T, d_model); positions rotate queries and keys
             rotary = self.rotary(positions, dtype=x.dtype)  # (B or 1, T, 1, head_dim) each
-        x = self.embed_dropout(x)
+        x = self.embed_dropout(x) if self.training else x
         hidden, weights = self.blocks(
             x,
             mask,

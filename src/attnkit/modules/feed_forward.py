@@ -63,4 +63,4 @@ class FeedForward(nn.Module):
             hidden = self.activation(gate) * up
         else:
             hidden = self.activation(hidden)
-        return self.linear2(self.dropout(hidden))
+        return self.linear2(self.dropout(hidden) if self.training else hidden)

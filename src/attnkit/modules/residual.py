@@ -40,7 +40,9 @@ class Residual(nn.Module):
 
     def post(self, x: Tensor, out: Tensor) -> Tensor:
         """x + dropout(out), then the norm for post-LN."""
-        y = x + self.dropout(out)
+        # Dropout is the identity outside training: not calling it saves a module call per
+        # block in every decoding step.
+        y = x + (self.dropout(out) if self.training else out)
         return y if self.norm_first else self.norm(y)
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
