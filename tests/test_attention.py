@@ -692,6 +692,80 @@ def test_short_kernel_leaves_float32_inference_and_grouped_heads_to_torch(monkey
     assert calls == []
 
 
+def _short_case(dtype, *, seed, shape=(3, 4, 6, 7, 8)):
+    """Inputs of the short kernel called directly: q, k, v (float64 values rounded to dtype)
+    requiring grad, an additive key mask in dtype (every row has a key), the scale."""
+    b, h, t_q, t_k, d = shape
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (
+        torch.randn(b, h, t, d, generator=g, dtype=torch.float64).to(dtype).requires_grad_()
+        for t in (t_q, t_k, t_k)
+    )
+    keep = torch.rand(b, 1, 1, t_k, generator=g) > 0.3
+    keep[..., 0] = True
+    bias = torch.zeros(keep.shape, dtype=dtype).masked_fill(~keep, float("-inf"))
+    return q, k, v, bias, d**-0.5
+
+
+def _written_out(q, k, v, bias, scale, drop=None):
+    """float64 softmax(Q K^T * scale + bias) [* drop] V, differentiable."""
+    q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
+    weights = torch.softmax(q @ k.transpose(-2, -1) * scale + bias.double(), dim=-1)
+    if drop is not None:
+        weights = weights * drop
+    return (q, k, v), weights @ v
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_short_kernel_trains_in_half_precision_with_a_float32_softmax(dtype):
+    """bf16/fp16 with autograd (training under autocast): values and all three gradients match
+    the float64 formula on the same rounded inputs to half-precision rounding."""
+    q, k, v, bias, scale = _short_case(dtype, seed=5)
+    out = ShortAttention.apply(q, k, v, bias, scale)
+    assert out.dtype == dtype
+    inputs, want = _written_out(q, k, v, bias, scale)
+    torch.testing.assert_close(out.double(), want, **TOL[dtype])
+    grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(6)).to(dtype)
+    got = torch.autograd.grad(out, (q, k, v), grad_out)
+    wanted = torch.autograd.grad(want, inputs, grad_out.double())
+    for a, w in zip(got, wanted, strict=True):
+        assert a.dtype == dtype
+        torch.testing.assert_close(a.double(), w, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_short_kernel_dropout_drops_weights_after_the_softmax(dtype):
+    """With dropout, out = (softmax(...) * keep / P(keep)) V with the mask keep_mask draws from
+    the same seed; gradients through the same mask."""
+    from attnkit.dropout import keep_mask
+
+    q, k, v, bias, scale = _short_case(dtype, seed=9)
+    torch.manual_seed(10)
+    out = ShortAttention.apply(q, k, v, bias, scale, 0.25)
+    torch.manual_seed(10)
+    keep, keep_scale = keep_mask((3 * 4, 6, 7), 0.25)
+    drop = (keep.double() * keep_scale).view(3, 4, 6, 7)
+    assert 0 < int((~keep).sum()) < keep.numel()
+    inputs, want = _written_out(q, k, v, bias, scale, drop)
+    tol = TOL[dtype] if dtype != torch.float64 else dict(rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(out.double(), want, **tol)
+    grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(11)).to(dtype)
+    got = torch.autograd.grad(out, (q, k, v), grad_out)
+    wanted = torch.autograd.grad(want, inputs, grad_out.double())
+    for a, w in zip(got, wanted, strict=True):
+        torch.testing.assert_close(a.double(), w, **tol)
+
+
+def test_short_kernel_dropout_gradcheck():
+    q, k, v, bias, scale = _short_case(torch.float64, seed=12, shape=(2, 2, 4, 5, 3))
+
+    def attend(q, k, v):
+        torch.manual_seed(13)  # the same mask at every evaluation
+        return ShortAttention.apply(q, k, v, bias, scale, 0.3)
+
+    assert torch.autograd.gradcheck(attend, (q, k, v))
+
+
 # --------------------------------------------------------------------------- every path alike
 
 

@@ -10,33 +10,46 @@ import math
 
 import torch
 
+from attnkit.dropout import dropout_mask
+
 __all__ = ["SHORT_KEYS_MAX", "ShortAttention"]
 
 # Keys up to this length take the kernel: the (N, T_q, T_k) weights it keeps for the backward
 # stay small, and PyTorch's fused CPU kernel, tiled for long sequences, is 2-3x slower here.
 SHORT_KEYS_MAX = 96
 
+HALF = (torch.bfloat16, torch.float16)
+
 
 class ShortAttention(torch.autograd.Function):
     """softmax(Q K^T * scale + bias) V as three batched matmuls, with an explicit backward.
 
     PyTorch's fused CPU kernel is tiled for long sequences; at translation lengths (T ~ 20)
-    its forward and backward spend most of their time in per-tile overhead, and autograd's
-    own backward of ``matmul`` on transposed 4-d views falls back to a slow per-matrix loop.
-    Here the (N, T_q, T_k) weights are kept (small at these lengths) and the backward is
-    four contiguous ``bmm`` calls:
+    its forward and backward spend most of their time in per-tile overhead (in bf16 training
+    its backward is 8x slower than this kernel, docs/benchmarks.md), and autograd's own
+    backward of ``matmul`` on transposed 4-d views falls back to a slow per-matrix loop. Here
+    the (N, T_q, T_k) weights are kept (small at these lengths) and the backward is four
+    contiguous ``bmm`` calls:
 
         dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dP * P)) * scale,
         dQ = dS K,     dK = dS^T Q.
 
-    Call as ``ShortAttention.apply(query, key, value, bias, scale)``: query (..., T_q, d_k),
-    key (..., T_k, d_k), value (..., T_k, d_v) with the same leading dims; ``bias`` None or an
-    additive mask in the query's dtype broadcastable to (..., T_q, T_k) in which every row has
-    a finite entry (the caller opens rows with no allowed key and zeroes them afterwards).
+    In bfloat16 or float16 with autograd (training under autocast) the matmuls run in that
+    dtype and the softmax and its backward in float32, as torch's fused kernel does; without
+    autograd (inference) the softmax stays in the input dtype. With ``dropout`` > 0 each weight
+    is dropped with that probability after the softmax and the kept ones are scaled, as
+    ``torch.nn.functional.scaled_dot_product_attention`` does (the mask from
+    :func:`attnkit.dropout.dropout_mask`).
+
+    Call as ``ShortAttention.apply(query, key, value, bias, scale[, dropout])``: query
+    (..., T_q, d_k), key (..., T_k, d_k), value (..., T_k, d_v) with the same leading dims;
+    ``bias`` None or an additive mask in the query's dtype broadcastable to (..., T_q, T_k) in
+    which every row has a finite entry (the caller opens rows with no allowed key and zeroes
+    them afterwards).
     """
 
     @staticmethod
-    def forward(ctx, query, key, value, bias, scale):
+    def forward(ctx, query, key, value, bias, scale, dropout=0.0):
         # query (..., T_q, d_k), key (..., T_k, d_k), value (..., T_k, d_v), same batch dims
         *batch, q_len, _ = query.shape
         k_len, v_dim = key.shape[-2], value.shape[-1]
@@ -44,31 +57,45 @@ class ShortAttention(torch.autograd.Function):
         q = query.reshape(n, q_len, query.shape[-1])  # (N, T_q, d_k)
         k = key.reshape(n, k_len, key.shape[-1])  # (N, T_k, d_k)
         v = value.reshape(n, k_len, v_dim)  # (N, T_k, d_v)
-        scores = torch.bmm(q, k.transpose(1, 2)).mul_(scale)  # (N, T_q, T_k)
+        scores = torch.bmm(q, k.transpose(1, 2))  # (N, T_q, T_k)
+        if query.dtype in HALF and any(ctx.needs_input_grad[:3]):
+            scores = scores.float()  # training: softmax and its gradient in float32
+        scores.mul_(scale)
         if bias is not None:
             scores.view(*batch, q_len, k_len).add_(bias)
         weights = torch.softmax(scores, dim=-1)  # (N, T_q, T_k)
-        ctx.save_for_backward(q, k, v, weights)
+        probs, mask = weights, None
+        if dropout > 0.0:
+            mask = dropout_mask(
+                weights.shape, dropout, dtype=weights.dtype, device=weights.device
+            )  # (N, T_q, T_k): 0 or 1 / P(keep)
+            probs = weights * mask
+        ctx.save_for_backward(q, k, v, weights, mask)
         ctx.scale = scale
-        return torch.bmm(weights, v).view(*batch, q_len, v_dim)  # (..., T_q, d_v)
+        return torch.bmm(probs.to(v.dtype), v).view(*batch, q_len, v_dim)  # (..., T_q, d_v)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
-        q, k, v, weights = ctx.saved_tensors
+        q, k, v, weights, mask = ctx.saved_tensors
         batch_shape = grad_out.shape[:-2]
         # contiguous: a broadcast gradient (from .sum()) would send bmm down a slow path
         d_out = grad_out.contiguous().view(q.shape[0], *grad_out.shape[-2:])  # (N, T_q, d_v)
-        grad_v = torch.bmm(weights.transpose(1, 2), d_out)  # (N, T_k, d_v)
-        d_weights = torch.bmm(d_out, v.transpose(1, 2))  # (N, T_q, T_k)
+        probs = weights if mask is None else weights * mask  # (N, T_q, T_k)
+        grad_v = torch.bmm(probs.to(v.dtype).transpose(1, 2), d_out)  # (N, T_k, d_v)
+        d_weights = torch.bmm(d_out, v.transpose(1, 2)).to(weights.dtype)  # (N, T_q, T_k)
+        if mask is not None:
+            d_weights.mul_(mask)
         row = (d_weights * weights).sum(dim=-1, keepdim=True)  # (N, T_q, 1)
-        d_scores = d_weights.sub_(row).mul_(weights).mul_(ctx.scale)  # (N, T_q, T_k)
+        d_scores = d_weights.sub_(row).mul_(weights).mul_(ctx.scale).to(q.dtype)  # (N, T_q, T_k)
         grad_q = torch.bmm(d_scores, k)  # (N, T_q, d_k)
         grad_k = torch.bmm(d_scores.transpose(1, 2), q)  # (N, T_k, d_k)
-        return (
+        grads = (
             grad_q.view(*batch_shape, *grad_q.shape[-2:]),
             grad_k.view(*batch_shape, *grad_k.shape[-2:]),
             grad_v.view(*batch_shape, *grad_v.shape[-2:]),
             None,
             None,
+            None,
         )
+        return grads[: len(ctx.needs_input_grad)]  # called with or without ``dropout``

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.attention import padding_mask
+from attnkit.dropout import Dropout
 from attnkit.models import config_checks as checks
 from attnkit.modules.decoder import Decoder
 from attnkit.modules.encoder import Encoder
@@ -112,7 +113,7 @@ class Transformer(nn.Module):
             self.positions = SinusoidalPositionalEncoding(c.d_model, c.max_len)
         else:
             self.positions = LearnedPositionalEmbedding(c.max_len, c.d_model)
-        self.embed_dropout = nn.Dropout(c.dropout)
+        self.embed_dropout = Dropout(c.dropout)
         layer = dict(
             d_model=c.d_model,
             num_heads=c.num_heads,

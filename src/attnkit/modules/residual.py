@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
+from attnkit.dropout import Dropout
 from attnkit.modules.norm import make_norm
 
 
@@ -20,7 +21,8 @@ class Residual(nn.Module):
 
     Args:
         d_model: width normalised.
-        dropout: dropout on the sublayer output, in training only.
+        dropout: dropout on the sublayer output, in training only (:class:`attnkit.dropout.Dropout`:
+            torch's distribution, a cheaper mask on a CPU).
         norm_first: pre-LN when true, post-LN when false.
         eps: the normalisation's epsilon.
         norm: ``"layer"`` (LayerNorm) or ``"rms"`` (RMSNorm, Llama).
@@ -31,7 +33,7 @@ class Residual(nn.Module):
     ) -> None:
         super().__init__()
         self.norm = make_norm(norm, d_model, eps=eps)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)  # nn.Dropout with a cheaper CPU mask
         self.norm_first = norm_first
 
     def pre(self, x: Tensor) -> Tensor:
