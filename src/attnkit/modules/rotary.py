@@ -167,8 +167,8 @@ class RotaryEmbedding(nn.Module):
 
     def extra_repr(self) -> str:
         layout = "interleaved" if self.interleaved else "half-split"
-        return f"head_dim={self.head_dim}, base={self.settings['base']}, {layout}, " + (
-            f"scaling={self.settings['scaling']}"
+        return f"head_dim={self.head_dim}, {layout}, " + ", ".join(
+            f"{k}={v}" for k, v in self.settings.items()
         )
 
 
