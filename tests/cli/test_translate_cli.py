@@ -445,3 +445,24 @@ def test_dtype_auto_is_bfloat16_only_where_native(
     assert main(["translate", "--model", str(model_dir), *fast, "--dtype", "float32"]) == 0
     assert seen == [dtype, torch.float32]
     capsys.readouterr()
+
+
+def test_workers_default_to_one_per_thread(model_dir, monkeypatch, capsys):
+    import attnkit.decoding
+
+    seen = []
+    real = attnkit.decoding.Translator
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["workers"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(attnkit.decoding, "Translator", spy)
+    for extra, want in (([], torch.get_num_threads()), (["--workers", "1"], 1)):
+        _stdin(monkeypatch, b"Ein Hund.\n")
+        assert main(["translate", "--model", str(model_dir), *FAST, *extra]) == 0
+        assert seen[-1] == want
+    with pytest.raises(SystemExit) as exit_info:
+        main(["translate", "--model", str(model_dir), *FAST, "--workers", "0"])
+    assert exit_info.value.code == 2
+    assert "--workers: expected an integer from 1 to 256, got '0'" in capsys.readouterr().err

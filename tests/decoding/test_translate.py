@@ -131,3 +131,42 @@ def test_translate_checks_its_input(translator_parts):
         translator.translate("Ein Hund.")
     with pytest.raises(TypeError, match=r"lines\[1\]: expected a str, got bytes"):
         translator.translate(["a", b"b"])
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_workers_translate_as_one_batch_at_a_time(translator_parts, workers):
+    """Batches decoded side by side on threads give the sequential output, in input order,
+    and leave torch's thread count as it was."""
+    model, tokenizer, lines = translator_parts
+    config = DecodingConfig(beam_size=2, max_len_a=0.5, max_len_b=3)
+    one = Translator(model, tokenizer, config, batch_tokens=8).translate(lines)
+    threads = torch.get_num_threads()
+    many = Translator(model, tokenizer, config, batch_tokens=8, workers=workers)
+    assert many.translate(lines).translations == one.translations
+    assert torch.get_num_threads() == threads
+
+
+def test_a_worker_error_reaches_the_caller_and_threads_are_restored(translator_parts, monkeypatch):
+    from attnkit.decoding import translate as module
+
+    model, tokenizer, lines = translator_parts
+    calls = []
+
+    def failing(model, src, config):
+        calls.append(src.shape[0])
+        raise RuntimeError("decoder broke")
+
+    monkeypatch.setattr(module, "generate", failing)
+    threads = torch.get_num_threads()
+    translator = Translator(model, tokenizer, DecodingConfig(beam_size=1), batch_tokens=8,
+                            workers=2)  # fmt: skip
+    with pytest.raises(RuntimeError, match="decoder broke"):
+        translator.translate(lines)
+    assert calls and torch.get_num_threads() == threads
+
+
+@pytest.mark.parametrize("workers", [0, -1, 1.5, True, "2"])
+def test_workers_must_be_a_positive_integer(translator_parts, workers):
+    model, tokenizer, _ = translator_parts
+    with pytest.raises(ValueError, match=r"workers: expected an integer >= 1"):
+        Translator(model, tokenizer, workers=workers)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
@@ -86,6 +87,25 @@ def token_batches(lengths: Sequence[int], batch_tokens: int) -> Iterator[list[in
         yield batch
 
 
+def _decode_in_threads(decode, jobs: list, workers: int) -> None:
+    """``decode(job)`` for every job on ``workers`` threads, each running torch's operators on
+    its share of the operator threads; the process's thread count is restored afterwards."""
+    threads = torch.get_num_threads()
+    share = max(1, threads // workers)
+
+    def run(job) -> None:
+        torch.set_num_threads(share)  # this thread's operators (OpenMP is per thread)
+        decode(job)
+
+    torch.set_num_threads(share)
+    try:
+        with ThreadPoolExecutor(workers, thread_name_prefix="attnkit-decode") as pool:
+            for future in [pool.submit(run, job) for job in jobs]:
+                future.result()  # re-raises a worker's error here
+    finally:
+        torch.set_num_threads(threads)
+
+
 class Translator:
     """Translate sentences with a model and its tokenizer.
 
@@ -96,13 +116,30 @@ class Translator:
             be the tokenizer's.
         batch_tokens: padded source tokens per batch (sentences x longest source); a batch is
             split further when its decoder caches would take more than half the free memory.
+        workers: batches decoded at once on a CPU, each by its own thread with
+            ``torch.get_num_threads() // workers`` threads for its operators (CTranslate2's
+            ``inter_threads``). Decoding is a long chain of small operators, so several batches
+            side by side keep the cores busier than one batch split across them: 2 workers of
+            1 thread translate test2016 faster than 1 worker of 2 threads, and hold up far
+            better when other processes share the cores (docs/benchmarks.md). The operator
+            thread count is lowered for the duration of :meth:`translate` (process-wide, as
+            ``torch.set_num_threads`` is) and restored afterwards. Outputs do not depend on it
+            beyond the float rounding of a different thread count.
     """
 
     def __init__(
-        self, model, tokenizer, config: DecodingConfig | None = None, *, batch_tokens: int = 4000
+        self,
+        model,
+        tokenizer,
+        config: DecodingConfig | None = None,
+        *,
+        batch_tokens: int = 4000,
+        workers: int = 1,
     ) -> None:
         if isinstance(batch_tokens, bool) or not isinstance(batch_tokens, int) or batch_tokens < 1:
             raise ValueError(f"batch_tokens: expected an integer >= 1, got {batch_tokens!r}")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers: expected an integer >= 1, got {workers!r}")
         pad = getattr(tokenizer, "pad_id", model.config.pad_id)
         if pad != model.config.pad_id:
             raise ValueError(
@@ -113,6 +150,7 @@ class Translator:
         self.config = (DecodingConfig() if config is None else config).with_ids(tokenizer)
         self.batch_tokens = batch_tokens
         self.device = next(model.parameters()).device
+        self.workers = workers if self.device.type == "cpu" else 1
 
     @property
     def max_src_tokens(self) -> int:
@@ -138,13 +176,15 @@ class Translator:
             src[row, : len(sources[i])] = torch.tensor(sources[i], dtype=torch.long)
         return src
 
-    def _memory_batches(self, src: torch.Tensor) -> list[slice]:
+    def _memory_batches(self, src: torch.Tensor, workers: int) -> list[slice]:
         """Split the rows of ``src`` (B, S) so that each part's decoder caches take at most half
-        the free memory (the rest is for the model and the activations). A sentence that does
-        not fit alone is left to :func:`generate` to report."""
+        the free memory (the rest is for the model and the activations), shared by the
+        ``workers`` parts decoded at once. A sentence that does not fit alone is left to
+        :func:`generate` to report."""
         available = available_memory(self.device)
         if available is None:
             return [slice(0, src.shape[0])]
+        available //= workers
         c = self.model.config
         positions = int(max_lengths(src, self.config, c.max_len, c.pad_id).max()) + 1
         one = decoding_memory(
@@ -157,16 +197,28 @@ class Translator:
     def translate_ids(self, sources: Sequence[list[int]]) -> list[list[int]]:
         """Best output ids per source (each eos-terminated, as :meth:`encode` makes them)."""
         outputs: list[list[int]] = [[] for _ in sources]
+        batches = list(token_batches([len(s) for s in sources], self.batch_tokens))
+        workers = min(self.workers, len(batches))
+        jobs = []  # (sentence indices, (b, S) source ids), longest batches first
+        for batch in batches:
+            src = self._pad(batch, sources)  # (B, S)
+            jobs += [(batch[part], src[part]) for part in self._memory_batches(src, workers)]
+
+        def decode(job) -> None:
+            indices, src = job
+            hyps = generate(self.model, src.to(self.device), self.config)
+            for i, best in zip(indices, hyps, strict=True):
+                outputs[i] = best[0].tokens
+
         # On a CPU the linear layers run on weights prepacked for oneDNN (made once, kept with
         # the model): +30% sentences/s in float32 on test2016 (docs/benchmarks.md); elsewhere,
         # or where oneDNN declines a weight, it changes nothing.
         with packed_linears(self.model):
-            for batch in token_batches([len(s) for s in sources], self.batch_tokens):
-                src = self._pad(batch, sources)  # (B, S)
-                for part in self._memory_batches(src):
-                    hyps = generate(self.model, src[part].to(self.device), self.config)
-                    for i, best in zip(batch[part], hyps, strict=True):
-                        outputs[i] = best[0].tokens
+            if workers == 1:
+                for job in jobs:
+                    decode(job)
+            else:
+                _decode_in_threads(decode, jobs, workers)
         return outputs
 
     def translate(self, lines: Sequence[str]) -> TranslationOutput:

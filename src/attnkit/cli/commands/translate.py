@@ -113,6 +113,12 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         help="CPU threads for torch, 1 to the CPUs available (default: torch's)",
     )  # fmt: skip
     parser.add_argument(
+        "--workers", type=integer(1, 256), default=None, metavar="N",
+        help="on a CPU, batches decoded at once, each by its own thread with threads/N operator "
+        "threads (default: one per thread, which translates test2016 about 1.4x faster than one "
+        "batch across 2 threads); 1 = one batch at a time",
+    )  # fmt: skip
+    parser.add_argument(
         "--dtype",
         choices=("auto", "float32", "bfloat16", "float16"),
         default="auto",
@@ -174,7 +180,10 @@ def build_translator(args: argparse.Namespace):
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     loaded = load_translation_model(args.model, device=device, dtype=compute_dtype(args, device))
-    return Translator(loaded.model, loaded.tokenizer, config, batch_tokens=args.batch_tokens)
+    workers = torch.get_num_threads() if args.workers is None else args.workers
+    return Translator(
+        loaded.model, loaded.tokenizer, config, batch_tokens=args.batch_tokens, workers=workers
+    )
 
 
 def warn_truncated(result, command: str) -> None:
