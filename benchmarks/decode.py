@@ -163,7 +163,14 @@ ATTNKIT_SIDES = {
     "attnkit float32": ["--dtype", "float32"],
 }
 # CTranslate2 sides: name -> compute_type, on the float32 export of the same folder.
-CT2_SIDES = {"CTranslate2 float32": "float32", "CTranslate2 int8": "int8"}
+# Each compute type twice: one batch at a time on all the threads (intra_threads), and one
+# batch per thread (inter_threads, as attnkit's default Translator(workers=threads) decodes).
+CT2_SIDES = {
+    "CTranslate2 float32": ("float32", "intra"),
+    "CTranslate2 int8": ("int8", "intra"),
+    "CTranslate2 float32 (inter)": ("float32", "inter"),
+    "CTranslate2 int8 (inter)": ("int8", "inter"),
+}
 FLOAT32_SIDE, CT2_FLOAT32, CT2_INT8 = "attnkit float32", "CTranslate2 float32", "CTranslate2 int8"
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
              "amx_tile", "amx_bf16", "amx_int8")  # fmt: skip
@@ -211,10 +218,11 @@ def ct2_sides(folder: str, tokenizer, options: dict, threads: int, batch_tokens:
     ids = {token: i for i, token in enumerate(vocab)}
     eos = tokenizer.id_to_token(tokenizer.eos_id)
     sides = {}
-    for name, compute_type in CT2_SIDES.items():
+    for name, (compute_type, parallel) in CT2_SIDES.items():
+        intra, inter = (threads, 1) if parallel == "intra" else (1, threads)
         translator = ctranslate2.Translator(
-            folder, device="cpu", compute_type=compute_type, intra_threads=threads,
-            inter_threads=1,
+            folder, device="cpu", compute_type=compute_type, intra_threads=intra,
+            inter_threads=inter,
         )  # fmt: skip
 
         def run(lines, translator=translator):
@@ -226,7 +234,9 @@ def ct2_sides(folder: str, tokenizer, options: dict, threads: int, batch_tokens:
             hyps = [r.hypotheses[0] for r in results]
             return tokenizer.decode_batch([[ids[t] for t in h if t != eos] for h in hyps])
 
-        sides[name] = (run, f"compute_type={compute_type!r}")
+        sides[name] = (
+            run, f"compute_type={compute_type!r}, intra_threads={intra}, inter_threads={inter}"
+        )  # fmt: skip
     return sides
 
 
@@ -319,6 +329,12 @@ def report(results: dict, refs: list[str], n: int) -> None:
     per_cpu = {name: statistics.median(n / s for s in r[1]) for name, r in results.items()}
     bleu = {name: corpus_bleu(r[2], [refs]).score for name, r in results.items()}
     float32_name = FLOAT32_SIDE if FLOAT32_SIDE in results else next(iter(results))
+    # The bar for each compute type: CTranslate2's faster way of using the threads.
+    best = {
+        kind: max((n for n in results if n.startswith(kind)), key=speed.get)
+        for kind in (CT2_FLOAT32, CT2_INT8)
+    }
+    print(f"bars: {best[CT2_FLOAT32]} and {best[CT2_INT8]} (the faster of intra and inter)")
     print()
     print("| side | sentences/s (median) | per round | sentences per CPU-second | BLEU "
           "| translations unlike attnkit float32 | vs CT2 float32 | vs CT2 int8 |")  # fmt: skip
@@ -329,8 +345,9 @@ def report(results: dict, refs: list[str], n: int) -> None:
         flag = "" if stable else " (rounds differ!)"
         print(
             f"| {name} | {speed[name]:.1f} | {rounds} | {per_cpu[name]:.1f} "
-            f"| {bleu[name]:.2f}{flag} | {differ} | {speed[name] / speed[CT2_FLOAT32]:.2f}x "
-            f"| {speed[name] / speed[CT2_INT8]:.2f}x |"
+            f"| {bleu[name]:.2f}{flag} | {differ} "
+            f"| {speed[name] / speed[best[CT2_FLOAT32]]:.2f}x "
+            f"| {speed[name] / speed[best[CT2_INT8]]:.2f}x |"
         )
     base = bleu[float32_name]
     default = next(iter(ATTNKIT_SIDES))
@@ -339,8 +356,8 @@ def report(results: dict, refs: list[str], n: int) -> None:
     fastest = max((name for name in ours if abs(bleu[name] - base) <= 0.3), key=speed.get)
     print()
     for label, name, against, bound in (
-        ("1, default path", default, CT2_FLOAT32, 0.1),
-        (f"2, fastest attnkit side ({fastest})", fastest, CT2_INT8, 0.3),
+        ("1, default path", default, best[CT2_FLOAT32], 0.1),
+        (f"2, fastest attnkit side ({fastest})", fastest, best[CT2_INT8], 0.3),
     ):
         ratio = speed[name] / speed[against]
         fast, close = ratio >= 1.0, abs(bleu[name] - base) <= bound

@@ -197,7 +197,11 @@ class Translator:
     def translate_ids(self, sources: Sequence[list[int]]) -> list[list[int]]:
         """Best output ids per source (each eos-terminated, as :meth:`encode` makes them)."""
         outputs: list[list[int]] = [[] for _ in sources]
-        batches = list(token_batches([len(s) for s in sources], self.batch_tokens))
+        lengths = [len(s) for s in sources]
+        budget = self.batch_tokens
+        if self.workers > 1:  # enough batches to keep every worker busy: 2 each, at least
+            budget = max(1, min(budget, -(-sum(lengths) // (2 * self.workers))))
+        batches = list(token_batches(lengths, budget))
         workers = min(self.workers, len(batches))
         jobs = []  # (sentence indices, (b, S) source ids), longest batches first
         for batch in batches:
