@@ -63,24 +63,30 @@ def dropout_mask(
 ) -> Tensor:
     """``keep * scale`` of :func:`keep_mask` in ``dtype``: multiplying by it drops and rescales."""
     keep, scale = keep_mask(shape, p, device=device)
+    return _scaled(keep, scale, dtype)
+
+
+def _scaled(keep: Tensor, scale: float, dtype: torch.dtype) -> Tensor:
     # through uint8: bool -> float conversion is not vectorised on a CPU, uint8 -> float is
     return keep.view(torch.uint8).to(dtype).mul_(scale)
 
 
 class _MaskedScale(torch.autograd.Function):
-    """x * mask, mask = keep * scale in x's dtype, kept for the backward."""
+    """x * keep * scale; the boolean mask (one byte per element, as torch's dropout keeps) is
+    saved for the backward."""
 
     @staticmethod
     def forward(ctx, x, p):
-        mask = dropout_mask(x.shape, p, dtype=x.dtype, device=x.device)  # (*x.shape)
-        ctx.save_for_backward(mask)
-        return x * mask
+        keep, scale = keep_mask(x.shape, p, device=x.device)
+        ctx.save_for_backward(keep)
+        ctx.scale = scale
+        return x * _scaled(keep, scale, x.dtype)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
-        (mask,) = ctx.saved_tensors
-        return grad_out * mask, None
+        (keep,) = ctx.saved_tensors
+        return grad_out * _scaled(keep, ctx.scale, grad_out.dtype), None
 
 
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
