@@ -631,17 +631,34 @@ def test_short_kernel_gradcheck():
     )
 
 
-@pytest.mark.parametrize("case", ["no_grad", "long_keys", "dropout", "bf16", "weights"])
+@pytest.mark.parametrize("case", ["no_grad", "long_keys", "weights", "no_grad_dropout_bf16"])
 def test_short_kernel_is_not_taken_outside_short_cpu_training(monkeypatch, case):
     t_k = SHORT_KEYS_MAX + 1 if case == "long_keys" else 8
-    dtype = torch.bfloat16 if case == "bf16" else torch.float32
+    dtype = torch.bfloat16 if "bf16" in case else torch.float32
     q, k, v = (torch.randn(2, 2, t, 4, dtype=dtype).requires_grad_() for t in (8, t_k, t_k))
     calls = _count_short_kernel(monkeypatch)
-    kwargs = {"dropout": 0.1} if case == "dropout" else {}
+    kwargs = {"dropout": 0.1} if "dropout" in case else {}
     kwargs.update({"return_weights": True} if case == "weights" else {})
-    with torch.set_grad_enabled(case != "no_grad"):
+    with torch.set_grad_enabled(not case.startswith("no_grad")):
         scaled_dot_product_attention(q, k, v, causal=True, **kwargs)
     assert calls == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_short_kernel_takes_training_in_any_dtype_and_with_dropout(monkeypatch, dtype, dropout):
+    """Training (autograd recording) at short keys takes the short kernel whatever the dtype,
+    and passes it the attention dropout: with the same seed, the output equals the kernel's."""
+    g = torch.Generator().manual_seed(14)
+    q, k, v = (torch.randn(2, 3, t, 4, generator=g).to(dtype).requires_grad_() for t in (5, 6, 6))
+    calls = _count_short_kernel(monkeypatch)
+    torch.manual_seed(15)
+    got = scaled_dot_product_attention(q, k, v, causal=True, dropout=dropout)
+    assert len(calls) == 1
+    torch.manual_seed(15)
+    bias = torch.zeros(5, 6, dtype=dtype).masked_fill(~causal_mask(5, 6), float("-inf"))
+    want = ShortAttention.apply(q, k, v, bias, 0.5, dropout)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

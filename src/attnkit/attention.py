@@ -271,11 +271,13 @@ def _select_backend(
     """The backend for one call. The rule, first match wins:
 
     1. ``readable`` when the weights are asked for (only it makes them);
-    2. ``short`` on a CPU with keys at most ``SHORT_KEYS_MAX`` long, no attention dropout, no
-       gradient for the mask, as many key/value heads as query heads, and either autograd
-       recording the call in float32/float64 (training) or, without autograd, bfloat16 or
-       float16 (inference, where torch's fused CPU kernel is 1.3-3x slower than three
-       matmuls at translation lengths; in float32 it is as fast, docs/benchmarks.md);
+    2. ``short`` on a CPU with keys at most ``SHORT_KEYS_MAX`` long, no gradient for the
+       mask, as many key/value heads as query heads, and either autograd recording the call
+       (training, in any float dtype, with or without attention dropout: torch's fused CPU
+       kernel is 2x slower in float32, 8-12x slower in bfloat16, and takes its unfused math
+       path with dropout) or, without autograd and without dropout, bfloat16 or float16
+       (inference, where torch's fused CPU kernel is 1.3-3x slower than three matmuls at
+       translation lengths; in float32 it is as fast; docs/benchmarks.md);
     3. ``fused`` otherwise.
 
     Afterwards, a ``short`` or ``fused`` result that :func:`_fast_result_trusted` rejects (NaN
@@ -287,14 +289,13 @@ def _select_backend(
     if (
         query.device.type != "cpu"
         or key.shape[-2] > SHORT_KEYS_MAX
-        or dropout != 0.0
         or (mask is not None and mask.requires_grad)
         or (key.dim() >= 3 and query.dim() >= 3 and key.shape[-3] != query.shape[-3])
     ):
         return FUSED
     recording = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
     half = query.dtype in (torch.bfloat16, torch.float16)
-    if (recording and query.dtype in (torch.float32, torch.float64)) or (half and not recording):
+    if recording or (half and dropout == 0.0):
         return SHORT
     return FUSED
 
@@ -443,7 +444,9 @@ def scaled_dot_product_attention(
         if backend == SHORT:
             if groups > 1:
                 key, value = (t.repeat_interleave(groups, dim=-3) for t in (key, value))
-            out = ShortAttention.apply(query, key, value, prepared.mask, scale)  # (..., T_q, d_v)
+            out = ShortAttention.apply(
+                query, key, value, prepared.mask, scale, dropout
+            )  # (..., T_q, d_v)
         else:
             out = _fused(query, key, value, prepared, dropout=dropout, scale=scale, groups=groups)
         if _fast_result_trusted(out, backend):
