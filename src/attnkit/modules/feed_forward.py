@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from attnkit.dropout import Dropout
+
 ACTIVATIONS = {
     "relu": nn.ReLU,
     "gelu": nn.GELU,
@@ -52,7 +54,7 @@ class FeedForward(nn.Module):
         self.gated = gated
         self.linear1 = nn.Linear(d_model, 2 * d_ff if gated else d_ff, bias=bias)
         self.activation = make_activation(activation)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)  # nn.Dropout with a cheaper CPU mask (attnkit.dropout)
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
