@@ -175,25 +175,33 @@ def hf_key_map(config: GPTConfig) -> dict[str, tuple[str, bool]]:
     return keys
 
 
-def _canonical(key: str) -> str:
-    """GPT2Model checkpoints have no ``transformer.`` prefix; give them GPT2LMHeadModel's."""
-    if key.startswith("transformer.") or key == "lm_head.weight":
-        return key
-    return f"transformer.{key}"
+def canonical_keys(
+    checkpoint: dict[str, Tensor],
+    prefix: str,
+    buffers: re.Pattern,
+    *,
+    source: str | os.PathLike[str],
+) -> dict[str, Tensor]:
+    """``checkpoint`` under the head model's names: ``prefix`` added where a base-model
+    checkpoint lacks it (GPT2Model -> GPT2LMHeadModel, LlamaModel -> LlamaForCausalLM), the
+    keys that ``buffers`` matches (non-weight buffers) dropped, two keys naming the same
+    parameter refused."""
+    hf: dict[str, Tensor] = {}
+    for key, value in checkpoint.items():
+        name = key if key.startswith(prefix) or key == "lm_head.weight" else prefix + key
+        if buffers.match(name):
+            continue
+        if name in hf:
+            raise ValueError(f"{source}: key {key!r} duplicates another key naming {name!r}")
+        hf[name] = value
+    return hf
 
 
 def state_from_hf(
     checkpoint: dict[str, Tensor], config: GPTConfig, *, source: str | os.PathLike[str]
 ) -> dict[str, Tensor]:
     """A GPT-2 state dict in attnkit's names (Conv1D weights transposed)."""
-    hf: dict[str, Tensor] = {}
-    for key, value in checkpoint.items():
-        name = _canonical(key)
-        if _BUFFER_KEY.match(name):
-            continue
-        if name in hf:
-            raise ValueError(f"{source}: key {key!r} duplicates another key naming {name!r}")
-        hf[name] = value
+    hf = canonical_keys(checkpoint, "transformer.", _BUFFER_KEY, source=source)
     mapping = hf_key_map(config)
     needed = {k for ours, (k, _) in mapping.items() if ours != "lm_head.weight"}
     if not config.tie_output:

@@ -39,6 +39,7 @@ from torch import Tensor
 
 from attnkit import model_folder as mf
 from attnkit.models.gpt import GPT, GPTConfig
+from attnkit.models.gpt_hf import canonical_keys
 from attnkit.models.gpt_tokenizer import GPTTokenizer
 from attnkit.models.init import skip_random_init
 
@@ -358,25 +359,11 @@ def _part_rows(config: GPTConfig, ours: str) -> list[int] | None:
     return None
 
 
-def _canonical(key: str) -> str:
-    """LlamaModel checkpoints have no ``model.`` prefix; give them LlamaForCausalLM's."""
-    if key.startswith("model.") or key == "lm_head.weight":
-        return key
-    return f"model.{key}"
-
-
 def state_from_hf(
     checkpoint: dict[str, Tensor], config: GPTConfig, *, source: str | os.PathLike[str]
 ) -> dict[str, Tensor]:
     """A Llama/Mistral/Qwen2 state dict in attnkit's names (q/k/v and gate/up stacked)."""
-    hf: dict[str, Tensor] = {}
-    for key, value in checkpoint.items():
-        name = _canonical(key)
-        if _BUFFER_KEY.match(name):
-            continue
-        if name in hf:
-            raise ValueError(f"{source}: key {key!r} duplicates another key naming {name!r}")
-        hf[name] = value
+    hf = canonical_keys(checkpoint, "model.", _BUFFER_KEY, source=source)
     sources = hf_key_sources(config)
     known = {k for keys in sources.values() for k in keys}
     needed = {k for ours, keys in sources.items() if ours != "lm_head.weight" for k in keys}
