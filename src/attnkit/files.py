@@ -9,10 +9,18 @@ It sits at the bottom of the package (it imports nothing from attnkit), so the l
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 
-__all__ = ["default_file_mode", "fsync_folder", "unwritable_kind", "write_file", "write_text"]
+__all__ = [
+    "default_file_mode",
+    "fsync_folder",
+    "replace_folder",
+    "unwritable_kind",
+    "write_file",
+    "write_text",
+]
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -137,3 +145,22 @@ def default_file_mode() -> int:
     umask = os.umask(0o022)
     os.umask(umask)
     return 0o666 & ~umask
+
+
+def replace_folder(tmp: Path, target: Path, old: Path, what: str) -> None:
+    """Put the finished folder ``tmp`` where ``target`` is: ``target`` (if it exists) is
+    renamed to ``old``, ``tmp`` to ``target``, the parent folder is synced, then ``old`` is
+    deleted. If a rename fails, ``target`` is put back and ``tmp`` removed, and the error is a
+    ValueError naming ``what`` (the option or role of the folder) and ``target``."""
+    try:
+        if target.exists():
+            os.rename(target, old)
+        os.rename(tmp, target)
+    except OSError as err:
+        if old.exists() and not target.exists():
+            os.rename(old, target)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ValueError(f"{what} {os.fspath(target)!r}: cannot replace it ({err})") from None
+    fsync_folder(target.parent, strict=True)
+    if old.exists():
+        shutil.rmtree(old)

@@ -46,7 +46,7 @@ from typing import Any, overload
 import torch
 from torch import Tensor, nn
 
-from attnkit.files import default_file_mode, fsync_folder, write_file
+from attnkit.files import default_file_mode, fsync_folder, replace_folder, write_file
 
 logger = logging.getLogger(__name__)
 
@@ -643,18 +643,7 @@ def atomic_folder(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    try:
-        if folder.exists():
-            os.rename(folder, old)
-        os.rename(tmp, folder)
-    except OSError as err:
-        if old.exists() and not folder.exists():
-            os.rename(old, folder)
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise ValueError(f"{what} {os.fspath(folder)!r}: cannot replace it ({err})") from None
-    fsync_folder(folder.parent, strict=True)
-    if old.exists():
-        shutil.rmtree(old)
+    replace_folder(tmp, folder, old, what)
     _remove_stale(folder, extra)
 
 

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from attnkit import model_folder as mf
-from attnkit.files import fsync_folder
+from attnkit.files import fsync_folder, replace_folder
 
 _STALE = re.compile(r"\.(tmp|old)-\d+")  # the suffix of a writer's temporary folder
 RECORD_FILE = "attnkit_export.json"
@@ -131,18 +131,7 @@ def atomic_export_folder(out: str | os.PathLike[str]) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    try:
-        if out.exists():
-            os.rename(out, old)
-        os.rename(tmp, out)
-    except OSError as err:
-        if old.exists() and not out.exists():
-            os.rename(old, out)
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise ValueError(f"--out {os.fspath(out)!r}: cannot replace it ({err})") from None
-    fsync_folder(out.parent, strict=True)
-    if old.exists():
-        shutil.rmtree(old)
+    replace_folder(tmp, out, old, "--out")
     _remove_stale(out)
 
 
