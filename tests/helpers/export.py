@@ -27,25 +27,14 @@ import torch
 from attnkit.decoding import DecodingConfig, Translator, save_translation_model
 from attnkit.export.ctranslate2 import strip_end_token, translate_options
 from attnkit.models import Transformer, TransformerConfig
+from tests.helpers.decoding import tiny_config as decoding_tiny_config
 
 SPECIAL_SHIFT = 10.0  # the last LayerNorm's shift along u; the pad and bos rows are -2u
 
 
 def tiny_config(vocab_size: int, **overrides) -> TransformerConfig:
-    kw = dict(
-        src_vocab_size=vocab_size,
-        tgt_vocab_size=vocab_size,
-        d_model=32,
-        num_heads=4,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        d_ff=64,
-        dropout=0.0,
-        attn_dropout=0.0,
-        max_len=128,
-    )
-    kw.update(overrides)
-    return TransformerConfig(**kw)
+    """tests/helpers/decoding.py's tiny model with room for 128 positions."""
+    return decoding_tiny_config(vocab_size, **{"max_len": 128, **overrides})
 
 
 def write_tiny_model(
