@@ -240,13 +240,26 @@ def state_to_hf(model: GPT) -> dict[str, Tensor]:
 
 def load(cls: type[GPT], folder: str | os.PathLike[str], *, device, dtype) -> GPT:
     """:meth:`GPT.from_pretrained` (see there)."""
+    return load_folder(
+        cls, folder, kinds=("gpt2",), read_config=config_from_hf, read_state=state_from_hf,
+        device=device, dtype=dtype,
+    )  # fmt: skip
+
+
+def load_folder(
+    cls: type[GPT], folder: str | os.PathLike[str], *, kinds, read_config, read_state, device, dtype
+) -> GPT:
+    """A Hugging Face decoder-only folder of one of ``kinds``: ``read_config(raw, source=)``
+    makes the GPTConfig and ``read_state(checkpoint, config, source=)`` the state dict in
+    attnkit's names (gpt_hf.py's and llama_hf.py's own mappings); the tokenizer, if any, must
+    fit the vocabulary."""
     folder = Path(folder)
     raw = mf.read_config(folder)
-    mf.expect_kind(folder, raw, "gpt2")
+    mf.expect_kind(folder, raw, *kinds)
     config_path = folder / mf.CONFIG_FILE
-    config = config_from_hf(raw, source=config_path)
+    config = read_config(raw, source=config_path)
     weights = mf.weights_path(folder)  # refuses pickled weights, saying how to convert
-    state = state_from_hf(mf.read_weights(weights), config, source=weights)
+    state = read_state(mf.read_weights(weights), config, source=weights)
 
     tokenizer = None
     if (folder / mf.TOKENIZER_FILE).is_file():

@@ -39,9 +39,7 @@ from torch import Tensor
 
 from attnkit import model_folder as mf
 from attnkit.models.gpt import GPT, GPTConfig
-from attnkit.models.gpt_hf import canonical_keys
-from attnkit.models.gpt_tokenizer import GPTTokenizer
-from attnkit.models.init import skip_random_init
+from attnkit.models.gpt_hf import canonical_keys, load_folder
 
 logger = logging.getLogger(__name__)
 
@@ -416,27 +414,10 @@ def state_to_hf(model: GPT) -> dict[str, Tensor]:
 
 def load(cls: type[GPT], folder: str | os.PathLike[str], *, device, dtype) -> GPT:
     """:meth:`GPT.from_pretrained` for a Llama, Mistral or Qwen2 folder."""
-    folder = Path(folder)
-    raw = mf.read_config(folder)
-    mf.expect_kind(folder, raw, *KINDS)
-    config_path = folder / mf.CONFIG_FILE
-    config = config_from_hf(raw, source=config_path)
-    weights = mf.weights_path(folder)  # refuses pickled weights, saying how to convert
-    state = state_from_hf(mf.read_weights(weights), config, source=weights)
-
-    tokenizer = None
-    if (folder / mf.TOKENIZER_FILE).is_file():
-        tokenizer = GPTTokenizer.from_file(folder / mf.TOKENIZER_FILE, eos_id=config.eos_token_id)
-        if tokenizer.vocab_size > config.vocab_size:
-            raise ValueError(
-                f"{folder / mf.TOKENIZER_FILE}: {tokenizer.vocab_size} tokens, more than "
-                f"vocab_size={config.vocab_size} in {config_path}"
-            )
-    with skip_random_init():  # the checkpoint overwrites every parameter
-        model = cls(config, tokenizer=tokenizer)
-    mf.load_state_dict_into(model, state, source=weights, against=config_path, dtype=dtype)
-    logger.info("loaded %s: %s parameters", folder, f"{model.num_parameters():,}")
-    return model.to(device).eval()
+    return load_folder(
+        cls, folder, kinds=KINDS, read_config=config_from_hf, read_state=state_from_hf,
+        device=device, dtype=dtype,
+    )  # fmt: skip
 
 
 def save(model: GPT, folder: str | os.PathLike[str]) -> Path:
