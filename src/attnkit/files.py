@@ -17,6 +17,7 @@ __all__ = [
     "default_file_mode",
     "fsync_folder",
     "replace_folder",
+    "temp_beside",
     "unwritable_kind",
     "write_file",
     "write_text",
@@ -145,6 +146,27 @@ def default_file_mode() -> int:
     umask = os.umask(0o022)
     os.umask(umask)
     return 0o666 & ~umask
+
+
+def temp_beside(target: Path, what: str) -> tuple[Path, Path]:
+    """``(tmp, old)`` beside ``target`` for writing a folder atomically: ``NAME.tmp-<pid>``,
+    created empty (a leftover of this process id removed first), and ``NAME.old-<pid>``, free,
+    for :func:`replace_folder`. A parent that cannot be written is a ValueError naming
+    ``what`` (the option or role of the folder)."""
+    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+    old = target.with_name(f"{target.name}.old-{os.getpid()}")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        for stale in (tmp, old):
+            if stale.exists():
+                shutil.rmtree(stale)
+        tmp.mkdir()
+    except (PermissionError, NotADirectoryError, FileExistsError) as err:
+        raise ValueError(
+            f"{what} {os.fspath(target)!r}: cannot write beside it in "
+            f"{os.fspath(target.parent)!r} ({err.strerror or err})"
+        ) from None
+    return tmp, old
 
 
 def replace_folder(tmp: Path, target: Path, old: Path, what: str) -> None:

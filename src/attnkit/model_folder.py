@@ -46,7 +46,7 @@ from typing import Any, overload
 import torch
 from torch import Tensor, nn
 
-from attnkit.files import default_file_mode, fsync_folder, replace_folder, write_file
+from attnkit.files import default_file_mode, fsync_folder, replace_folder, temp_beside, write_file
 
 logger = logging.getLogger(__name__)
 
@@ -613,19 +613,7 @@ def atomic_folder(
     folder = Path(folder)
     extra = frozenset(extra_files)
     check_replaceable(folder, what=what, extra_files=extra)
-    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-    old = folder.with_name(f"{folder.name}.old-{os.getpid()}")
-    try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        for stale in (tmp, old):
-            if stale.exists():
-                shutil.rmtree(stale)
-        tmp.mkdir()
-    except (PermissionError, NotADirectoryError, FileExistsError) as err:
-        raise ValueError(
-            f"{what} {os.fspath(folder)!r}: cannot write beside it in {os.fspath(folder.parent)!r} "
-            f"({err.strerror or err})"
-        ) from None
+    tmp, old = temp_beside(folder, what)
     try:
         yield tmp
         stray = sorted(p.name for p in tmp.iterdir() if p.name not in FOLDER_FILES | extra)

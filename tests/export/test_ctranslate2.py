@@ -16,7 +16,6 @@ from attnkit.decoding import (
     DecodingConfig,
     Translator,
     load_translation_model,
-    shipped_model_dir,
 )
 from attnkit.export import export_ctranslate2, translate_options
 from attnkit.export.ctranslate2 import CONFIG_FIELDS, UNUSED_TOKEN, build_spec, check_config
@@ -181,7 +180,6 @@ def test_quantized_exports_load_and_are_smaller(tmp_path, tokenizer, quantizatio
 SHIPPED_SENTENCES = 100
 
 
-@pytest.mark.skipif(not shipped_model_dir().is_dir(), reason="the shipped model is not installed")
 def test_shipped_model_beam5_equals_attnkit_float32(tmp_path):
     """The issue's check: the shipped model exported in float32 translates the first 100
     test2016 sentences with CTranslate2's beam 5 into attnkit's float32 beam-5 tokens."""

@@ -8,9 +8,7 @@ import io
 import re
 from pathlib import Path
 
-import pytest
-
-from attnkit.decoding import DecodingConfig, Translator, load_translation_model, shipped_model_dir
+from attnkit.decoding import DecodingConfig, Translator, load_translation_model
 from attnkit.export import export_ctranslate2
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -21,7 +19,6 @@ def readme_snippet() -> str:
     return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
 
 
-@pytest.mark.skipif(not shipped_model_dir().is_dir(), reason="the shipped model is not installed")
 def test_readme_lines_translate_as_attnkit(tmp_path):
     code = readme_snippet()
     assert 'compute_type="int8"' in code and "multi30k_ct2" in code

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from attnkit import model_folder as mf
-from attnkit.files import fsync_folder, replace_folder
+from attnkit.files import fsync_folder, replace_folder, temp_beside
 
 _STALE = re.compile(r"\.(tmp|old)-\d+")  # the suffix of a writer's temporary folder
 RECORD_FILE = "attnkit_export.json"
@@ -106,19 +106,7 @@ def atomic_export_folder(out: str | os.PathLike[str]) -> Iterator[Path]:
     """
     out = Path(out)
     check_export_target(out)
-    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
-    old = out.with_name(f"{out.name}.old-{os.getpid()}")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        for stale in (tmp, old):
-            if stale.exists():
-                shutil.rmtree(stale)
-        tmp.mkdir()
-    except (PermissionError, NotADirectoryError, FileExistsError) as err:
-        raise ValueError(
-            f"--out {os.fspath(out)!r}: cannot write beside it in {os.fspath(out.parent)!r} "
-            f"({err.strerror or err})"
-        ) from None
+    tmp, old = temp_beside(out, "--out")
     try:
         yield tmp
         stray = sorted(p.name for p in tmp.iterdir() if p.name not in EXPORT_FILES)
