@@ -607,6 +607,9 @@ def test_unreadable_files_are_a_clear_error(tmp_path, monkeypatch):
         ({"d_model": 8}, "translation"),  # says nothing: attnkit's top-level layout
         ({"model_type": "bert"}, "bert"),
         ({"model_type": "gpt2", "n_embd": 8}, "gpt2"),
+        ({"model_type": "llama"}, "llama"),
+        ({"architectures": ["MistralForCausalLM"]}, "mistral"),
+        ({"model_type": "Qwen2"}, "qwen2"),
     ],
 )
 def test_model_kind_of_a_folder(tmp_path, config, kind):
@@ -616,7 +619,10 @@ def test_model_kind_of_a_folder(tmp_path, config, kind):
 
 def test_model_kind_refuses_kinds_attnkit_does_not_load(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
-    with pytest.raises(ValueError, match=r"config.json: not a translation or bert or gpt2"):
+    with pytest.raises(
+        ValueError,
+        match=r"config.json: not a translation, bert, gpt2, llama, mistral or qwen2 model",
+    ):
         mf.model_kind(tmp_path)
     with pytest.raises(ValueError, match=r"not a folder"):
         mf.model_kind(tmp_path / "nope")

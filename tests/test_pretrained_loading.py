@@ -24,7 +24,9 @@ def test_load_pretrained_dispatches_on_the_config(tmp_path):
     assert bert.model_type == "bert" and isinstance(bert.model, BertModel)
     assert bert.tokenizer is bert.model.tokenizer
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
-    with pytest.raises(ValueError, match=r"not a translation or bert or gpt2 model config"):
+    with pytest.raises(
+        ValueError, match=r"not a translation, bert, gpt2, llama, mistral or qwen2 model config"
+    ):
         load_pretrained(tmp_path)
     (tmp_path / "config.json").write_text("[]")
     with pytest.raises(ValueError, match=r"config.json: expected a JSON object"):
@@ -50,3 +52,22 @@ def test_load_pretrained_reads_a_gpt2_folder_as_gpt_from_pretrained_does(tmp_pat
     direct = GPT.from_pretrained(tmp_path)
     pairs = zip(direct.state_dict().values(), loaded.model.state_dict().values(), strict=True)
     assert all(torch.equal(a, b) for a, b in pairs)
+
+
+def test_load_pretrained_reads_a_llama_folder_as_a_gpt(tmp_path):
+    """A Llama folder (grouped-query attention) written by Hugging Face loads as a GPT with its
+    tokenizer and Hugging Face's logits; its kind is "llama" and it counts as a GPT."""
+    from attnkit import model_folder as mf
+    from attnkit.models import GPT
+    from tests.helpers.generation import byte_bpe, tiny_llama_config
+    from tests.helpers.gpt import write_hf_llama_folder
+
+    hf = write_hf_llama_folder(tmp_path, tiny_llama_config(), byte_bpe())
+    loaded = load_pretrained(tmp_path)
+    assert loaded.model_type == "llama" and loaded.is_gpt and mf.model_kind(tmp_path) == "llama"
+    assert isinstance(loaded.model, GPT) and not loaded.model.training
+    assert loaded.model.config.num_kv_heads == 2 and loaded.model.config.positional == "rope"
+    ids = torch.tensor([loaded.tokenizer.encode("the cat sat")])
+    with torch.no_grad():
+        expected = hf(ids).logits
+    torch.testing.assert_close(loaded.model(ids).logits, expected, rtol=1e-4, atol=1e-5)

@@ -210,21 +210,27 @@ KIND_USES = {
     "or `attnkit attention --model DIR`",
     "bert": "a Hugging Face BERT folder; use `attnkit embed --model DIR` or "
     "`attnkit attention --model DIR`",
-    "gpt2": "a GPT-2 folder (Hugging Face's or an attnkit language model); use "
-    "`attnkit generate --model DIR`, `attnkit evaluate --model DIR --text FILE` or "
-    "`attnkit attention --model DIR`",
     **{
-        kind: f"a Hugging Face {name} folder; use `attnkit generate --model DIR` or "
-        "attnkit.models.GPT.from_pretrained(DIR)"
-        for kind, name in (("llama", "Llama"), ("mistral", "Mistral"), ("qwen2", "Qwen2"))
+        kind: f"{what}; use `attnkit generate --model DIR`, "
+        "`attnkit evaluate --model DIR --text FILE` or `attnkit attention --model DIR`"
+        for kind, what in (
+            ("gpt2", "a GPT-2 folder (Hugging Face's or an attnkit language model)"),
+            ("llama", "a Hugging Face Llama folder"),
+            ("mistral", "a Hugging Face Mistral folder"),
+            ("qwen2", "a Hugging Face Qwen2 folder"),
+        )
     },
 }
+# The kinds of folder that hold a decoder-only language model (attnkit.models.GPT reads them
+# all: GPT-2's layout, and Llama's options for the other three).
+GPT_KINDS = ("gpt2", "llama", "mistral", "qwen2")
 # The kinds of folder attnkit loads (attnkit.pretrained_loading.load_pretrained).
-LOADABLE_KINDS = ("translation", "bert", "gpt2")
+LOADABLE_KINDS = ("translation", "bert", *GPT_KINDS)
 
 
 def model_kind(folder: str | os.PathLike[str]) -> str:
-    """The kind of model in ``folder``: ``"translation"``, ``"bert"`` or ``"gpt2"``, by its
+    """The kind of model in ``folder``: ``"translation"``, ``"bert"`` or one of
+    :data:`GPT_KINDS` (``"gpt2"``, ``"llama"``, ``"mistral"``, ``"qwen2"``), by its
     ``config.json`` (:func:`folder_kind`). A config that does not say (TransformerConfig fields
     at the top level, an old attnkit layout) is read as translation.
 
@@ -250,7 +256,7 @@ def expect_kind(
     if kind in kinds or (allow_unknown and kind == "unknown"):
         return kind
     path = Path(folder) / CONFIG_FILE
-    wanted = " or ".join(kinds)
+    wanted = " or ".join([", ".join(kinds[:-1]), kinds[-1]] if len(kinds) > 2 else kinds)
     if kind in KIND_USES:
         raise ValueError(f"{path}: this is {KIND_USES[kind]}; expected a {wanted} model folder")
     raise ValueError(

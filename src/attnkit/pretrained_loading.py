@@ -1,5 +1,6 @@
-"""Loading any model folder attnkit reads: a translation folder, a Hugging Face BERT folder or
-a GPT-2 folder (attnkit's language models included), by what its ``config.json`` says.
+"""Loading any model folder attnkit reads: a translation folder, a Hugging Face BERT folder, a
+GPT-2 folder (attnkit's language models included) or a Hugging Face Llama, Mistral or Qwen2
+folder, by what its ``config.json`` says.
 
 It sits above :mod:`attnkit.decoding` and :mod:`attnkit.models`, whose loaders it calls;
 :mod:`attnkit.model_folder` (below them) tells the kinds apart
@@ -26,10 +27,15 @@ __all__ = ["LoadedModel", "load_pretrained"]
 class LoadedModel(NamedTuple):
     """What :func:`load_pretrained` returns."""
 
-    model_type: str  # the folder's kind: "translation", "bert" or "gpt2"
+    model_type: str  # the folder's kind: "translation", "bert" or one of mf.GPT_KINDS
     model: nn.Module  # in eval mode
     tokenizer: Any  # SubwordTokenizer, BertTokenizer or GPTTokenizer (None: no tokenizer.json)
     folder: Path
+
+    @property
+    def is_gpt(self) -> bool:
+        """A decoder-only language model (:class:`~attnkit.models.GPT`): GPT-2 or Llama-family."""
+        return self.model_type in mf.GPT_KINDS
 
 
 def load_pretrained(
@@ -38,8 +44,8 @@ def load_pretrained(
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
 ) -> LoadedModel:
-    """Loads a translation, Hugging Face BERT or GPT-2 folder (attnkit's language models
-    included), by what its ``config.json`` says (:func:`~attnkit.model_folder.folder_kind`);
+    """Loads a translation, Hugging Face BERT, GPT-2 (attnkit's language models included),
+    Llama, Mistral or Qwen2 folder, by what its ``config.json`` says (:func:`~attnkit.model_folder.folder_kind`);
     None = the shipped translation model. The model is in eval mode on ``device`` in
     ``dtype``.
 
@@ -52,7 +58,7 @@ def load_pretrained(
     if kind == "bert":
         model = BertModel.from_pretrained(folder, dtype=dtype).to(device)
         return LoadedModel(kind, model, model.tokenizer, folder)
-    if kind == "gpt2":
+    if kind in mf.GPT_KINDS:
         model = GPT.from_pretrained(folder, device=device, dtype=dtype)
         return LoadedModel(kind, model, model.tokenizer, folder)
     loaded = load_translation_model(folder, device=device, dtype=dtype)

@@ -1,5 +1,6 @@
-"""`attnkit evaluate --model GPT_DIR --text FILE`: the loss of a Hugging Face GPT-2 folder
-(random weights, written by transformers) on a text, against GPT2LMHeadModel's own loss."""
+"""`attnkit evaluate --model GPT_DIR --text FILE`: the loss of a Hugging Face GPT-2 or Llama
+folder (random weights, written by transformers) on a text, against the Hugging Face model's
+own loss."""
 
 from __future__ import annotations
 
@@ -130,3 +131,21 @@ def test_hf_reference_agrees_with_a_plain_cross_entropy(gpt_dir):
         out = hf(ids[:, :-1], labels=ids[:, 1:], shift_labels=ids[:, 1:])
     plain = torch.nn.functional.cross_entropy(logits, ids[0, 1:])
     assert float(out.loss) == pytest.approx(float(plain), rel=1e-6)
+
+
+def test_a_llama_folder_scores_as_hugging_face_does(tmp_path, capsys):
+    """--text reads a Llama folder too (grouped-query attention, rotary positions): its loss is
+    LlamaForCausalLM's own, over the same windows."""
+    from tests.helpers.generation import tiny_llama_config
+    from tests.helpers.gpt import write_hf_llama_folder
+
+    folder = tmp_path / "llama"
+    hf = write_hf_llama_folder(folder, tiny_llama_config(), byte_bpe())
+    path = tmp_path / "long.txt"
+    path.write_text(LONG, encoding="utf-8")
+    code, out, _ = evaluate(capsys, "--model", str(folder), "--text", str(path), "--json")
+    assert code == 0
+    report = json.loads(out)
+    ids = byte_bpe().encode(LONG, add_special_tokens=False).ids
+    assert report["tokens"] == len(ids) > 2 * CONTEXT
+    assert report["loss_per_token"] == pytest.approx(hf_nats(hf, ids) / len(ids), rel=1e-5)

@@ -40,6 +40,18 @@ def byte_bpe() -> Tokenizer:
     return tok
 
 
+def tiny_llama_config(**overrides) -> transformers.LlamaConfig:
+    """A Llama with grouped-query attention (4 query heads, 2 key/value heads), 2 layers, width
+    32, context ``CONTEXT``, the vocabulary of :func:`byte_bpe`; eos = bos = 0. ``overrides``
+    change any field (e.g. Mistral's ``sliding_window`` through a MistralConfig's fields)."""
+    fields = dict(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=CONTEXT,
+        bos_token_id=0, eos_token_id=0, initializer_range=0.1,
+    )  # fmt: skip
+    return transformers.LlamaConfig(**{**fields, **overrides})
+
+
 def tiny_gpt2_config() -> transformers.GPT2Config:
     """2 layers, width 32, context ``CONTEXT``; eos = bos = 0 (``<|endoftext|>``). The init is
     wider than GPT-2's (std 0.3), so next-token distributions are peaked and greedy outputs

@@ -1,5 +1,5 @@
-"""GPT test helpers: padded batches of id rows, a GPT-2-style byte-level BPE tokenizer and a
-Hugging Face GPT-2 folder with random weights, written by Hugging Face itself."""
+"""GPT test helpers: padded batches of id rows, a GPT-2-style byte-level BPE tokenizer and
+Hugging Face GPT-2 and Llama folders with random weights, written by Hugging Face itself."""
 
 from __future__ import annotations
 
@@ -51,3 +51,16 @@ def write_hf_gpt2_folder(path: Path, config, tokenizer: Tokenizer | None = None,
     if tokenizer is not None:
         tokenizer.save(str(Path(path) / "tokenizer.json"))
     return hf
+
+
+def write_hf_llama_folder(path: Path, config, tokenizer: Tokenizer | None = None, *, seed: int = 0):
+    """Save a random-weights ``transformers.LlamaForCausalLM(config)`` (and ``tokenizer``) to
+    ``path`` as Hugging Face writes it; returns it reloaded with eager attention (whose
+    attention weights can be returned), in eval mode."""
+    import transformers
+
+    torch.manual_seed(seed)
+    transformers.LlamaForCausalLM(config).save_pretrained(path)
+    if tokenizer is not None:
+        tokenizer.save(str(Path(path) / "tokenizer.json"))
+    return transformers.LlamaForCausalLM.from_pretrained(path, attn_implementation="eager").eval()

@@ -72,3 +72,28 @@ def test_attention_command_on_a_gpt_folder(pair, tmp_path, capsys):
         main(["attention", "--model", str(folder), TEXT, "--head", "mean", "--out", str(png)]) == 0
     )
     assert png.stat().st_size > 0
+
+
+def test_attention_command_on_a_llama_folder(tmp_path):
+    """A Llama folder (grouped-query attention: 4 query heads share 2 key/value heads; rotary
+    positions): the viewer shows every query head, the weights Hugging Face eager returns."""
+    from attnkit.pretrained_loading import load_pretrained
+    from tests.helpers.generation import tiny_llama_config
+    from tests.helpers.gpt import write_hf_llama_folder
+
+    folder = tmp_path / "llama"
+    hf = write_hf_llama_folder(folder, tiny_llama_config(), byte_bpe())
+    loaded = load_pretrained(folder)
+    maps = capture_gpt(loaded.model, None, TEXT)
+    ids = loaded.tokenizer.encode(TEXT)
+    with torch.inference_mode():
+        theirs = hf(torch.tensor([ids]), output_attentions=True).attentions
+    assert len(maps.encoder) == len(theirs) == 2
+    for ours, ref in zip(maps.encoder, theirs, strict=True):
+        assert ours.shape == (4, len(ids), len(ids))
+        torch.testing.assert_close(ours, ref[0].float(), rtol=1e-4, atol=1e-5)
+    out = tmp_path / "llama.html"
+    assert main(["attention", "--model", str(folder), TEXT, "--out", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    data = json.loads(DATA.search(page).group(1))
+    assert [k["id"] for k in data["kinds"]] == ["encoder"] and "Llama attention" in page

@@ -55,7 +55,7 @@ __all__ = [
     "state_to_hf",
 ]
 
-KINDS = ("llama", "mistral", "qwen2")
+KINDS = tuple(k for k in mf.GPT_KINDS if k != "gpt2")  # ("llama", "mistral", "qwen2")
 ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",

@@ -303,7 +303,8 @@ def capture_gpt(model, tokenizer, text: str) -> AttentionMaps:
 
 
 def detect_model_type(folder: str | Path) -> str:
-    """``"translation"``, ``"bert"`` or ``"gpt2"``: the kind of model folder, as
+    """``"translation"``, ``"bert"`` or one of ``GPT_KINDS`` (``"gpt2"``, ``"llama"``, ...): the
+    kind of model folder, as
     :func:`attnkit.model_folder.model_kind` tells it (loading:
     :func:`attnkit.pretrained_loading.load_pretrained`)."""
     from attnkit.model_folder import model_kind

