@@ -133,6 +133,19 @@ def test_translate_checks_its_input(translator_parts):
         translator.translate(["a", b"b"])
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_callers_autocast_does_not_change_the_translation(translator_parts, workers):
+    """The translator computes in its model's dtype: under a caller's bf16 autocast (a training
+    run's val_bleu hook) a float32 model translates as it does without it (before the fix, the
+    cached keys came out bf16 beside float32 queries and decoding raised)."""
+    model, tokenizer, lines = translator_parts
+    config = DecodingConfig(beam_size=2, max_len_a=0.5, max_len_b=3)
+    plain = Translator(model, tokenizer, config, batch_tokens=8, workers=workers)
+    expected = plain.translate(lines).translations
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert plain.translate(lines).translations == expected
+
+
 @pytest.mark.parametrize("workers", [2, 3])
 def test_workers_translate_as_one_batch_at_a_time(translator_parts, workers):
     """Batches decoded side by side on threads give the sequential output, in input order,

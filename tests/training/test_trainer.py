@@ -113,6 +113,15 @@ def test_val_bleu_from_attnkit_decoding(tmp_path):
     assert result.best_metric == "val_bleu"
 
 
+def test_val_bleu_under_bf16_autocast(tmp_path):
+    """The default recipe's combination on a bf16 CPU (autocast and greedy val BLEU): the
+    evaluation decodes (it raised a dtype error before the translator left autocast)."""
+    config = fast_config("optim.max_steps=2", "optim.eval_every=2", "optim.autocast=bf16")
+    train(config, tmp_path, progress=False)
+    evals = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "val_loss" in r]
+    assert [r["step"] for r in evals] == [2] and 0.0 <= evals[0]["val_bleu"] <= 100.0
+
+
 def test_long_pairs_are_skipped_and_counted(tmp_path, caplog):
     config = fast_config("optim.max_steps=1", "data.max_len=6")
     with caplog.at_level("INFO"):

@@ -210,7 +210,10 @@ class Translator:
 
         def decode(job) -> None:
             indices, src = job
-            hyps = generate(self.model, src.to(self.device), self.config)
+            # The translator computes in its model's dtype: a caller's autocast (a training
+            # run's val_bleu hook) would mix float32 queries with bf16 cached keys.
+            with torch.autocast(self.device.type, enabled=False):
+                hyps = generate(self.model, src.to(self.device), self.config)
             for i, best in zip(indices, hyps, strict=True):
                 outputs[i] = best[0].tokens
 
