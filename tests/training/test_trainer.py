@@ -113,6 +113,36 @@ def test_val_bleu_from_attnkit_decoding(tmp_path):
     assert result.best_metric == "val_bleu"
 
 
+def test_every_evaluation_decodes_with_the_current_weights(tmp_path):
+    """Decoding prepacks linear weights, recognised by storage and version counter; the fused
+    Adam step does not bump that counter, so without a release after each evaluation the next
+    one decoded with stale weights (val BLEU stuck at an earlier step's score)."""
+    import torch.nn.functional as F
+    from torch import nn
+
+    from attnkit.generation.packed import packed_linears, packed_weight
+
+    gaps = []
+
+    def hook(model):
+        linear = next(m for m in model.modules() if type(m) is nn.Linear)
+        assert packed_weight(linear) is not None  # the packed path is what is tested
+        x = torch.randn(3, linear.in_features)
+        with torch.inference_mode(), packed_linears(model):
+            got = linear(x)
+        with torch.no_grad():
+            gaps.append(float((got - F.linear(x, linear.weight, linear.bias)).abs().max()))
+        return {"val_bleu": 0.0}
+
+    train(
+        fast_config("optim.max_steps=6", "optim.eval_every=2"),
+        tmp_path,
+        eval_hook=hook,
+        progress=False,
+    )
+    assert len(gaps) == 3 and max(gaps) < 1e-5, gaps
+
+
 def test_val_bleu_under_bf16_autocast(tmp_path):
     """The default recipe's combination on a bf16 CPU (autocast and greedy val BLEU): the
     evaluation decodes (it raised a dtype error before the translator left autocast)."""

@@ -35,9 +35,11 @@ additions differs (a few 1e-6 relative in float32, as between any two BLAS kerne
 :func:`packed_linears` routes every ``nn.Linear`` of a model through its packed weight for the
 duration of a ``with`` block, without changing the modules' code (each instance's ``forward``
 is replaced, and restored on exit). A packed weight is made once and kept while its weight is
-unchanged (keyed on the tensor's storage and version counter, so optimizer steps and
-``load_state_dict`` are seen; writes through ``.data`` are not: call :func:`release`). The
-copies cost the weights' size again in memory, freed with the model or by :func:`release`.
+unchanged (keyed on the tensor's storage and version counter, so ``load_state_dict`` and the
+default optimizers' steps are seen; writes through ``.data`` and fused optimizer steps,
+``torch.optim.Adam(fused=True)`` as attnkit's trainer uses, do not bump the counter and are
+not: call :func:`release` after them, as the trainer does after every evaluation). The copies
+cost the weights' size again in memory, freed with the model or by :func:`release`.
 """
 
 from __future__ import annotations

@@ -401,10 +401,17 @@ class Trainer:
         return self._evaluate()
 
     def _evaluate(self) -> dict[str, float]:
+        from attnkit.generation.packed import release
+
         self.model.eval()
         try:
             return self.task.evaluate(self.run, self.model, self.loss_module)
         finally:
+            # Decoding (val BLEU, a GPT's sample) keeps its linear weights prepacked for oneDNN,
+            # recognised by storage and version counter; the fused Adam step updates weights
+            # in place without bumping that counter, so the next evaluation would decode with
+            # this step's weights. Forget them now.
+            release(self.model)
             self.model.train()
 
     def _after_eval(self, metrics: dict[str, float]) -> bool:
