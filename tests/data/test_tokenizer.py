@@ -150,3 +150,20 @@ def test_full_size_vocab_8000_on_multi30k_train(multi30k_train):
     # German train averages 11.1 words a sentence (wc -w); subwords are a little more.
     assert 10 < mean_src < 20
     assert TokenBatchSampler(pairs, max_tokens=4096, max_len=128).num_skipped == 0
+
+
+def test_bpe_dropout_segments_afresh_and_decodes_exactly(small_tokenizer):
+    """BPE-dropout (tokenizers' own): the same lines get varying segmentations, each of which
+    decodes to the line exactly (the tricky lines too); the original tokenizer is untouched."""
+    lines = ["Ein Mann mit einem orangefarbenen Hut starrt auf etwas.", *TRICKY]
+    plain = small_tokenizer.encode_batch(lines)
+    drop = small_tokenizer.with_bpe_dropout(0.3)
+    draws = [drop.encode_batch(lines) for _ in range(10)]
+    assert len({tuple(map(tuple, d)) for d in draws}) > 1
+    assert all(not roundtrip_failures(drop, lines) for _ in range(5))
+    assert all(drop.decode_batch(d) == lines for d in draws)
+    assert small_tokenizer.encode_batch(lines) == plain  # deterministic as before
+    assert small_tokenizer.with_bpe_dropout(0.0) is small_tokenizer
+    for bad in (1.0, -0.1, float("nan"), "0.1"):
+        with pytest.raises(ValueError, match=r"bpe_dropout: expected a probability in \[0, 1\)"):
+            small_tokenizer.with_bpe_dropout(bad)

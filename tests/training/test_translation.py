@@ -110,3 +110,41 @@ def test_train_batches_restart_at_a_position_with_the_same_batches(tmp_path):
         for (want, want_pos), (got, pos) in zip(first[k + 1 :], again, strict=False):
             assert torch.equal(want.src, got.src) and torch.equal(want.tgt_out, got.tgt_out)
             assert pos == want_pos
+
+
+def test_bpe_dropout_segments_every_training_batch_afresh(tmp_path):
+    """data.bpe_dropout: a batch's pairs are segmented afresh each time (the same pair
+    indices, new ids), every segmentation decodes to the training text, fits max_len, and the
+    tokenizer the run saves stays deterministic."""
+    from itertools import islice
+
+    from attnkit.data.batching import pair_length
+
+    config = fast_config("optim.max_steps=1", "data.bpe_dropout=0.5")
+    trainer = Trainer(config, tmp_path, progress=False)
+    with trainer:
+        trainer.setup()
+        task = trainer.task
+        tok, text = task.tokenizer, task.train_text
+        batches = list(islice(iter(task.sampler), 4))
+        first = [task._batch_pairs(b) for b in batches]
+        second = [task._batch_pairs(b) for b in batches]
+        assert first != second
+        for indices, pairs in zip(batches * 2, first + second, strict=True):
+            for i, (src, tgt) in zip(indices, pairs, strict=True):
+                assert tok.decode(src) == text.src[i] and tok.decode(tgt) == text.tgt[i]
+                assert pair_length(src, tgt) <= task.max_len
+        plain = [[task.train_pairs[i] for i in b] for b in batches]
+        assert first != plain and task.tokenizer.encode(text.src[0]) == task.train_pairs[0][0]
+        # train_batches serves those fresh segmentations (its first batch is batches[0])
+        got, _ = next(task.train_batches(DataPosition(0, 0, task.batches_per_epoch)))
+        deterministic = task.collate(plain[0])
+        assert got.src.shape[0] == deterministic.src.shape[0] == len(batches[0])
+        assert got.src.shape != deterministic.src.shape or not torch.equal(
+            got.src, deterministic.src
+        )
+
+
+def test_bpe_dropout_is_a_probability():
+    with pytest.raises(ValueError, match=r"data.bpe_dropout"):
+        fast_config("data.bpe_dropout=1.0")

@@ -171,6 +171,24 @@ class SubwordTokenizer:
             raise ValueError(f"path={os.fspath(path)!r} is not a file, expected a tokenizer.json")
         return cls(Tokenizer.from_file(os.fspath(path)))
 
+    def with_bpe_dropout(self, p: float) -> SubwordTokenizer:
+        """A copy that drops each BPE merge with probability ``p`` while encoding
+        (BPE-dropout, Provilkov et al. 2020: the same text gets a different segmentation each
+        time, a regulariser for training data; ``tokenizers``' own implementation, seeded by
+        its own random source, not by torch's). ``decode`` of its ids gives the text back
+        exactly, as for ``self``; ``p == 0`` returns ``self``.
+
+        Raises:
+            ValueError: If ``p`` is not in [0, 1).
+        """
+        if not (isinstance(p, (int, float)) and 0.0 <= p < 1.0):
+            raise ValueError(f"bpe_dropout: expected a probability in [0, 1), got {p!r}")
+        if p == 0.0:
+            return self
+        copy = Tokenizer.from_str(self._tokenizer.to_str())
+        copy.model.dropout = float(p)
+        return SubwordTokenizer(copy)
+
     def to_json(self) -> str:
         """Returns the serialised tokenizer (the content `save` writes)."""
         return self._tokenizer.to_str()

@@ -83,6 +83,10 @@ class DataConfig:
     max_tokens: int = 4096  # padded tokens per batch (per rank, per micro-batch)
     max_len: int = 0  # longest pair in tokens (with eos); 0 = the model's max_len
     seed: int = 0  # seed of the batch order (epoch e uses (seed, e))
+    # BPE-dropout (Provilkov et al. 2020): each training batch is segmented afresh with every
+    # merge dropped with this probability (0.1 in the paper); validation and inference keep
+    # the deterministic segmentation. 0 = off.
+    bpe_dropout: float = 0.0
     copy_train_pairs: int = 500  # corpus = "copy": training pairs
     copy_val_pairs: int = 100  # corpus = "copy": validation pairs
     copy_words: int = 20  # corpus = "copy": distinct pseudo-words

@@ -55,6 +55,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
 # Float fields: keyword arguments of config_checks.check_number (finite, within the bounds).
 FRACTION = dict(low=0.0, high=1.0, high_open=True)
 NUMBER_RANGES: dict[str, dict[str, Any]] = {
+    "data.bpe_dropout": FRACTION,
     "optim.lr_scale": dict(low=0.0, high=1000.0, low_open=True),
     "optim.cooldown": dict(low=0.0, high=1.0),
     "optim.betas": FRACTION,  # each of the two

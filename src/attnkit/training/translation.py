@@ -3,7 +3,8 @@
 The first :class:`~attnkit.training.task.Task`. Batches hold up to ``data.max_tokens`` padded
 tokens from a length-bucketed order that is a pure function of ``(data.seed, epoch)`` and is
 dealt to the ranks batch by batch (:class:`~attnkit.data.TokenBatchSampler`). The loss is
-label-smoothed cross-entropy summed over the real target tokens; the evaluation is the plain
+label-smoothed cross-entropy summed over the real target tokens; with ``data.bpe_dropout`` each
+training batch is segmented afresh (BPE-dropout). The evaluation is the plain
 cross-entropy per target token on the validation pairs, its perplexity, and optionally
 (``optim.val_bleu``) greedy BLEU on rank 0.
 """
@@ -19,6 +20,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from attnkit.data import Batch, Collator, ParallelCorpus, SubwordTokenizer, TokenBatchSampler
+from attnkit.data.batching import pair_length
 from attnkit.models.transformer import Transformer
 from attnkit.training import checkpoint as ckpt
 from attnkit.training.config import TrainConfig
@@ -58,6 +60,10 @@ class TranslationTask(Task):
         self.collate: Collator | None = None
         self.train_pairs: Pairs | None = None
         self.val_pairs: Pairs | None = None
+        # data.bpe_dropout > 0: the training text and a tokenizer that segments it afresh.
+        self.train_text: ParallelCorpus | None = None
+        self.segmenter: SubwordTokenizer | None = None
+        self.max_len = 0
         self.sampler: TokenBatchSampler | None = None
         self.val_batches: list[list[int]] = []
 
@@ -84,6 +90,15 @@ class TranslationTask(Task):
         max_len = cfg.data.max_len or model_cfg.max_len
         self.train_pairs = encode(text.train, self.tokenizer)
         self.val_pairs = encode(text.val, self.tokenizer)
+        self.max_len = max_len
+        if cfg.data.bpe_dropout > 0:
+            self.train_text = text.train
+            self.segmenter = self.tokenizer.with_bpe_dropout(cfg.data.bpe_dropout)
+            logger.info(
+                "BPE-dropout %g: every training batch is segmented afresh (batches are formed "
+                "from the deterministic lengths)",
+                cfg.data.bpe_dropout,
+            )
         self.sampler = TokenBatchSampler(
             self.train_pairs,
             max_tokens=cfg.data.max_tokens,
@@ -161,11 +176,22 @@ class TranslationTask(Task):
             self.sampler.set_epoch(epoch, skip_batches=done)
             for indices in self.sampler:
                 done += 1
-                yield (
-                    self.collate([self.train_pairs[i] for i in indices]),
-                    DataPosition(epoch, done, n),
-                )
+                yield self.collate(self._batch_pairs(indices)), DataPosition(epoch, done, n)
             epoch, done = epoch + 1, 0
+
+    def _batch_pairs(self, indices: list[int]) -> Pairs:
+        """The encoded pairs of one training batch: as encoded once, or, with BPE-dropout,
+        segmented afresh (a pair that the finer segmentation makes longer than ``max_len``
+        keeps its deterministic ids, so every batch still fits the model)."""
+        pairs = [self.train_pairs[i] for i in indices]
+        if self.segmenter is None:
+            return pairs
+        src = self.segmenter.encode_batch([self.train_text.src[i] for i in indices])
+        tgt = self.segmenter.encode_batch([self.train_text.tgt[i] for i in indices])
+        return [
+            (s, t) if pair_length(s, t) <= self.max_len else pair
+            for s, t, pair in zip(src, tgt, pairs, strict=True)
+        ]
 
     def evaluate(
         self, run: RunContext, model: nn.Module, loss_module: nn.Module
