@@ -46,9 +46,20 @@ def evaluate(capsys, *args: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    """A Llama folder (grouped-query attention, rotary positions) with its Hugging Face model."""
+    from tests.helpers.generation import tiny_llama_config
+    from tests.helpers.gpt import write_hf_llama_folder
+
+    folder = tmp_path_factory.mktemp("llama_eval")
+    return folder, write_hf_llama_folder(folder, tiny_llama_config(), byte_bpe())
+
+
+@pytest.mark.parametrize("kind", ["gpt_dir", "llama_dir"])
 @pytest.mark.parametrize("text", ["the cat sat on the mat.\n", LONG])
-def test_json_report_is_hugging_faces_loss(gpt_dir, tmp_path, capsys, text):
-    folder, hf = gpt_dir
+def test_json_report_is_hugging_faces_loss(request, kind, tmp_path, capsys, text):
+    folder, hf = request.getfixturevalue(kind)
     path = tmp_path / "text.txt"
     path.write_text(text, encoding="utf-8")
     code, out, _ = evaluate(capsys, "--model", str(folder), "--text", str(path), "--json")
@@ -131,21 +142,3 @@ def test_hf_reference_agrees_with_a_plain_cross_entropy(gpt_dir):
         out = hf(ids[:, :-1], labels=ids[:, 1:], shift_labels=ids[:, 1:])
     plain = torch.nn.functional.cross_entropy(logits, ids[0, 1:])
     assert float(out.loss) == pytest.approx(float(plain), rel=1e-6)
-
-
-def test_a_llama_folder_scores_as_hugging_face_does(tmp_path, capsys):
-    """--text reads a Llama folder too (grouped-query attention, rotary positions): its loss is
-    LlamaForCausalLM's own, over the same windows."""
-    from tests.helpers.generation import tiny_llama_config
-    from tests.helpers.gpt import write_hf_llama_folder
-
-    folder = tmp_path / "llama"
-    hf = write_hf_llama_folder(folder, tiny_llama_config(), byte_bpe())
-    path = tmp_path / "long.txt"
-    path.write_text(LONG, encoding="utf-8")
-    code, out, _ = evaluate(capsys, "--model", str(folder), "--text", str(path), "--json")
-    assert code == 0
-    report = json.loads(out)
-    ids = byte_bpe().encode(LONG, add_special_tokens=False).ids
-    assert report["tokens"] == len(ids) > 2 * CONTEXT
-    assert report["loss_per_token"] == pytest.approx(hf_nats(hf, ids) / len(ids), rel=1e-5)
