@@ -71,10 +71,17 @@ def test_metrics_carry_throughput_and_loss_per_character(lm_run):
 
 
 def test_each_evaluation_logs_a_sample(lm_run):
+    """One sample per evaluation, each the repr of the prompt (a newline) and its continuation
+    (single- or double-quoted, as repr picks by the text)."""
+    import ast
+
     folder, _ = lm_run
     log = (folder / "train.log").read_text(encoding="utf-8")
-    samples = [line for line in log.splitlines() if "sample: '\\n" in line]
-    assert len(samples) == 3
+    marker = "attnkit.training.lm: sample: "
+    samples = [
+        ast.literal_eval(line.split(marker, 1)[1]) for line in log.splitlines() if marker in line
+    ]
+    assert len(samples) == 3 and all(s.startswith("\n") and len(s) > 1 for s in samples)
 
 
 def test_checkpoints_are_gpt2_folders_hugging_face_reads(lm_run):
