@@ -45,9 +45,9 @@ def load_pretrained(
     dtype: torch.dtype = torch.float32,
 ) -> LoadedModel:
     """Loads a translation, Hugging Face BERT, GPT-2 (attnkit's language models included),
-    Llama, Mistral or Qwen2 folder, by what its ``config.json`` says (:func:`~attnkit.model_folder.folder_kind`);
-    None = the shipped translation model. The model is in eval mode on ``device`` in
-    ``dtype``.
+    Llama, Mistral or Qwen2 folder, by what its ``config.json`` says
+    (:func:`~attnkit.model_folder.folder_kind`); None = the shipped translation model. The
+    model is in eval mode on ``device`` in ``dtype``.
 
     Raises:
         ValueError: If the folder or its ``config.json`` is missing or unreadable, or it

@@ -133,7 +133,7 @@ def test_bpe_dropout_segments_every_training_batch_afresh(tmp_path):
         for indices, pairs in zip(batches * 2, first + second, strict=True):
             for i, (src, tgt) in zip(indices, pairs, strict=True):
                 assert tok.decode(src) == text.src[i] and tok.decode(tgt) == text.tgt[i]
-                assert pair_length(src, tgt) <= task.max_len
+                assert pair_length(src, tgt) <= task.sampler.max_len
         plain = [[task.train_pairs[i] for i in b] for b in batches]
         assert first != plain and task.tokenizer.encode(text.src[0]) == task.train_pairs[0][0]
         # train_batches serves those fresh segmentations (its first batch is batches[0])

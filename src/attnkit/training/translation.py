@@ -63,7 +63,6 @@ class TranslationTask(Task):
         # data.bpe_dropout > 0: the training text and a tokenizer that segments it afresh.
         self.train_text: ParallelCorpus | None = None
         self.segmenter: SubwordTokenizer | None = None
-        self.max_len = 0
         self.sampler: TokenBatchSampler | None = None
         self.val_batches: list[list[int]] = []
 
@@ -90,7 +89,6 @@ class TranslationTask(Task):
         max_len = cfg.data.max_len or model_cfg.max_len
         self.train_pairs = encode(text.train, self.tokenizer)
         self.val_pairs = encode(text.val, self.tokenizer)
-        self.max_len = max_len
         if cfg.data.bpe_dropout > 0:
             self.train_text = text.train
             self.segmenter = self.tokenizer.with_bpe_dropout(cfg.data.bpe_dropout)
@@ -181,15 +179,15 @@ class TranslationTask(Task):
 
     def _batch_pairs(self, indices: list[int]) -> Pairs:
         """The encoded pairs of one training batch: as encoded once, or, with BPE-dropout,
-        segmented afresh (a pair that the finer segmentation makes longer than ``max_len``
-        keeps its deterministic ids, so every batch still fits the model)."""
+        segmented afresh (a pair that the finer segmentation makes longer than the sampler's
+        ``max_len`` keeps its deterministic ids, so every batch still fits the model)."""
         pairs = [self.train_pairs[i] for i in indices]
         if self.segmenter is None:
             return pairs
         src = self.segmenter.encode_batch([self.train_text.src[i] for i in indices])
         tgt = self.segmenter.encode_batch([self.train_text.tgt[i] for i in indices])
         return [
-            (s, t) if pair_length(s, t) <= self.max_len else pair
+            (s, t) if pair_length(s, t) <= self.sampler.max_len else pair
             for s, t, pair in zip(src, tgt, pairs, strict=True)
         ]
 
