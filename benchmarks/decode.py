@@ -45,6 +45,7 @@ import platform  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from dataclasses import replace  # noqa: E402
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
@@ -55,6 +56,7 @@ from attnkit.decoding import (  # noqa: E402
     DecodingConfig,
     generate,
     load_translation_model,
+    model_decoding,
     normalize_source,
     token_batches,
 )
@@ -295,10 +297,10 @@ def ctranslate2_suite(args: argparse.Namespace) -> None:
     sides = dict(attnkit_sides(args.model, args.threads, args.beam))
     with tempfile.TemporaryDirectory() as tmp:
         out = export_ctranslate2(args.model, os.path.join(tmp, "ct2"), quantization="float32")
+        search = replace(model_decoding(folder), beam_size=args.beam)  # as attnkit's side
         options = translate_options(
-            DecodingConfig(beam_size=args.beam).with_ids(tokenizer), tokenizer,
-            max_len=model.config.max_len,
-        )  # fmt: skip
+            search.with_ids(tokenizer), tokenizer, max_len=model.config.max_len
+        )
         sides.update(ct2_sides(str(out), tokenizer, options, args.threads, args.batch_tokens))
         runs = {name: run for name, (run, _) in sides.items()}
         print(

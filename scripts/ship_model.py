@@ -2,11 +2,14 @@
 
     .venv/bin/python scripts/ship_model.py --run runs/NAME [--out DIR] [--checkpoint best]
     .venv/bin/python scripts/ship_model.py --run runs/shakespeare_bpe --average 5
+    .venv/bin/python scripts/ship_model.py --run runs/de_en_r9 --checkpoint avg7 --lenpen 1.4
 
 The run's task (its checkpoint's training config) decides what is shipped and where:
 
 * translation: model.safetensors in bfloat16, config.json and tokenizer.json, by default
-  into src/attnkit/pretrained/multi30k_de_en;
+  into src/attnkit/pretrained/multi30k_de_en; --lenpen ALPHA stores the length penalty
+  chosen on the validation set as the folder's decoding default (config.json "decoding",
+  what `attnkit translate` and `evaluate` use unless told otherwise);
 * language model (task = "lm"): the checkpoint's GPT-2 folder (config.json, model.safetensors,
   tokenizer.json), by default into src/attnkit/pretrained/shakespeare_gpt. Weights stay
   float32 unless the folder would pass the package's 25 MB cap, then bfloat16 (--dtype
@@ -40,7 +43,7 @@ import torch
 
 import attnkit
 from attnkit import model_folder as mf
-from attnkit.decoding import load_translation_model, save_translation_model
+from attnkit.decoding import DecodingConfig, load_translation_model, save_translation_model
 from attnkit.models import GPT
 from attnkit.training import run_folder
 from attnkit.training.averaging import average_run
@@ -70,6 +73,7 @@ def ship(
     *,
     average: int = 0,
     dtype: str = "auto",
+    lenpen: float | None = None,
     command: str | None = None,
     train_command: str | None = None,
 ) -> Path:
@@ -83,6 +87,8 @@ def ship(
             whichever scores the lower val_nats_per_char (0 = no average).
         dtype: "auto", "float32" or "bfloat16" (auto: bfloat16 for a translation model;
             float32 for a language model unless it would not fit in :data:`MAX_BYTES`).
+        lenpen: Translation: the length penalty to store as the folder's decoding default
+            (None: none stored, decoding uses 1.0).
         command, train_command: Recorded in a language model's provenance.json.
 
     Returns:
@@ -106,6 +112,8 @@ def ship(
     config = read_train_config(folder)
     out = DEFAULT_OUTS[config.task] if out is None else Path(out)
     if config.task == "lm":
+        if lenpen is not None:
+            raise ValueError(f"--lenpen {lenpen}: a translation setting; {run} is a language model")
         return _ship_lm(
             run, folder, checkpoint, out, config, average=average, dtype=dtype,
             commands={"ship": command, "train": train_command},
@@ -116,6 +124,7 @@ def ship(
             f"{SELECTION_METRIC}; {run} is a {config.task} run (average it with `attnkit "
             "average` and ship --checkpoint averaged)"
         )
+    decoding = None if lenpen is None else DecodingConfig(lenpen=lenpen)  # checks it
     mf.check_replaceable(out, what="--out")  # before the model is loaded
     model, tokenizer, _ = load_translation_model(folder)
     return save_translation_model(
@@ -124,6 +133,7 @@ def ship(
         tokenizer,
         dtype=torch.float32 if dtype == "float32" else torch.bfloat16,
         extra_files=_record_files(run, folder),
+        decoding=decoding,
     )
 
 
@@ -310,6 +320,11 @@ def main() -> int:
         "unless it would pass 25 MB)",
     )  # fmt: skip
     parser.add_argument(
+        "--lenpen", type=float, default=None, metavar="ALPHA",
+        help="translation: the length penalty chosen on the validation set, stored as the "
+        "model's decoding default (default: none stored, decoding uses 1.0)",
+    )  # fmt: skip
+    parser.add_argument(
         "--train-command", default=None, metavar="TEXT",
         help="the command that trained the run, recorded in provenance.json",
     )  # fmt: skip
@@ -321,7 +336,7 @@ def main() -> int:
     try:
         out = ship(
             run, args.out, args.checkpoint, average=args.average, dtype=args.dtype,
-            command=command, train_command=args.train_command,
+            lenpen=args.lenpen, command=command, train_command=args.train_command,
         )  # fmt: skip
     except ValueError as err:
         print(f"ship_model: error: {err}", file=sys.stderr)

@@ -296,3 +296,22 @@ def test_main_ships_by_task_to_the_package_folder(ship_model, lm_run, tmp_path, 
     with pytest.raises(SystemExit):
         ship_model.main()
     assert "give the run folder once" in capsys.readouterr().err
+
+
+def test_lenpen_is_stored_as_the_models_decoding_default(ship_model, run, tmp_path):
+    from attnkit.decoding import DecodingConfig, model_decoding
+
+    out = ship_model.ship(run, tmp_path / "shipped", lenpen=1.4)
+    assert model_decoding(out) == DecodingConfig(lenpen=1.4)
+    assert json.loads((out / "config.json").read_text())["decoding"]["lenpen"] == 1.4
+    plain = ship_model.ship(run, tmp_path / "plain")
+    assert "decoding" not in json.loads((plain / "config.json").read_text())
+    with pytest.raises(ValueError, match="lenpen: expected a finite number"):
+        ship_model.ship(run, tmp_path / "bad", lenpen=float("nan"))
+    assert not (tmp_path / "bad").exists()
+
+
+def test_lenpen_is_refused_for_a_language_model(ship_model, lm_run, tmp_path):
+    with pytest.raises(ValueError, match=r"--lenpen 1.4: a translation setting; .* language model"):
+        ship_model.ship(lm_run, tmp_path / "shipped", lenpen=1.4)
+    assert not (tmp_path / "shipped").exists()

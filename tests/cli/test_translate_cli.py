@@ -466,3 +466,36 @@ def test_workers_default_to_one_per_thread(model_dir, monkeypatch, capsys):
         main(["translate", "--model", str(model_dir), *FAST, "--workers", "0"])
     assert exit_info.value.code == 2
     assert "--workers: expected an integer from 1 to 256, got '0'" in capsys.readouterr().err
+
+
+def test_search_flags_default_to_the_models_settings(model_dir, tmp_path, monkeypatch, capsys):
+    """A folder's config.json "decoding" settings are the commands' defaults; a flag given
+    overrides only its own setting."""
+    model, tokenizer, _ = loading.load_translation_model(model_dir)
+    stored = DecodingConfig(beam_size=4, lenpen=3.0, max_len_a=0.5, max_len_b=3)
+    tuned = save_translation_model(tmp_path / "tuned", model, tokenizer, decoding=stored)
+    lines = [line for line in LINES if line]
+
+    def library(config):
+        return Translator(model, tokenizer, config).translate(lines).translations
+
+    def command(*flags):
+        _stdin(monkeypatch, ("\n".join(lines) + "\n").encode())
+        cpu = ["--device", "cpu", "--dtype", "float32"]
+        assert main(["translate", "--model", str(tuned), *cpu, *flags]) == 0
+        return capsys.readouterr().out.split("\n")[:-1]
+
+    assert command() == library(stored)
+    # (random weights rarely end a sentence, so the length limit is what shows here)
+    overridden = DecodingConfig(beam_size=4, lenpen=3.0, max_len_a=0.5, max_len_b=1)
+    assert command("--max-len-b", "1") == library(overridden)
+    assert library(stored) != library(overridden)
+
+    src, ref = tmp_path / "src.de", tmp_path / "ref.en"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ref.write_text("A dog runs.\nTwo men.\nA woman.\n", encoding="utf-8")
+    args = ["evaluate", "--model", str(tuned), "--src", str(src), "--ref", str(ref), "--json"]
+    for flags, searched in (([], (4, 3.0)), (["--beam", "2", "--lenpen", "0"], (2, 0.0))):
+        assert main([*args, "--device", "cpu", *flags]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert (report["beam"], report["lenpen"]) == searched

@@ -239,3 +239,52 @@ def test_the_shipped_model_is_a_folder_attnkit_recognises():
     folder = loading.shipped_model_dir()
     assert (folder / "model.safetensors").is_file()  # shipped in the repository
     assert model_folder.is_attnkit_folder(folder)
+
+
+def test_decoding_defaults_round_trip_through_config_json(tmp_path, model, tokenizer):
+    from attnkit.decoding import DecodingConfig, model_decoding
+
+    save_translation_model(tmp_path / "plain", model, tokenizer)
+    assert model_decoding(tmp_path / "plain") == DecodingConfig()  # none stored: the defaults
+    tuned = DecodingConfig(beam_size=4, lenpen=1.4, max_len_b=7)
+    save_translation_model(tmp_path / "tuned", model, tokenizer, decoding=tuned)
+    stored = json.loads((tmp_path / "tuned" / "config.json").read_text())["decoding"]
+    assert stored == {
+        "beam_size": 4, "max_len_a": 1.2, "max_len_b": 7, "min_len": 1, "lenpen": 1.4,
+        "lenpen_style": "fairseq",
+    }  # fmt: skip
+    assert model_decoding(tmp_path / "tuned") == tuned
+    partial = {"model": model.config.to_dict(), "decoding": {"lenpen": 0.6}}
+    (tmp_path / "tuned" / "config.json").write_text(json.dumps(partial))
+    assert model_decoding(tmp_path / "tuned") == DecodingConfig(lenpen=0.6)  # the rest: defaults
+    load_translation_model(tmp_path / "tuned")  # the model still loads
+
+
+@pytest.mark.parametrize(
+    ("decoding", "message"),
+    [
+        ({"lenpen": "high"}, r'config.json: "decoding": lenpen: expected a finite number'),
+        ({"beam_size": 0}, r'config.json: "decoding": beam_size: expected an integer >= 1'),
+        ({"n_best": 2}, r"unknown decoding setting\(s\) \['n_best'\]"),
+        ({"bos_id": 3}, r"unknown decoding setting\(s\) \['bos_id'\]"),
+        ([1.4], r'"decoding": expected an object of decoding settings .*got list'),
+    ],
+)
+def test_bad_decoding_defaults_name_the_file_and_setting(
+    tmp_path, model, tokenizer, decoding, message
+):
+    from attnkit.decoding import model_decoding
+
+    save_translation_model(tmp_path, model, tokenizer)
+    config = {"model": model.config.to_dict(), "decoding": decoding}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=message):
+        model_decoding(tmp_path)
+
+
+def test_the_shipped_model_decodes_with_its_validation_length_penalty():
+    """The shipped folder stores the length penalty chosen on the validation set (docs/
+    benchmarks.md, "The shipped model"), and model_decoding(None) reads the shipped folder."""
+    from attnkit.decoding import DecodingConfig, model_decoding
+
+    assert model_decoding(None) == DecodingConfig(lenpen=1.4)

@@ -16,6 +16,7 @@ from attnkit.decoding import (
     DecodingConfig,
     Translator,
     load_translation_model,
+    model_decoding,
 )
 from attnkit.export import export_ctranslate2, translate_options
 from attnkit.export.ctranslate2 import CONFIG_FIELDS, UNUSED_TOKEN, build_spec, check_config
@@ -189,7 +190,8 @@ def test_shipped_model_beam5_equals_attnkit_float32(tmp_path):
     assert record["translate_batch"]["beam_size"] == 5
     test = load_named_corpus("multi30k", split="test2016", src_lang="de", tgt_lang="en")
     sentences = test.src[:SHIPPED_SENTENCES]
-    config = DecodingConfig(beam_size=5)  # attnkit translate's defaults
+    config = model_decoding(None)  # attnkit translate's defaults: the model's (beam 5, lenpen 1.4)
+    assert record["translate_batch"]["length_penalty"] == config.lenpen
     ours = attnkit_ids(model, tokenizer, sentences, config)
     theirs = ctranslate2_ids(out, tokenizer, sentences, config, max_len=model.config.max_len)
     differ = [i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b]

@@ -8,7 +8,7 @@ import io
 import re
 from pathlib import Path
 
-from attnkit.decoding import DecodingConfig, Translator, load_translation_model
+from attnkit.decoding import Translator, load_translation_model, model_decoding
 from attnkit.export import export_ctranslate2
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -29,6 +29,6 @@ def test_readme_lines_translate_as_attnkit(tmp_path):
         exec(compile(code, str(README), "exec"), {})
     model, tokenizer, _ = load_translation_model(None)
     sentence = re.search(r'for line in \["(.*?)"\]', code).group(1)
-    expected = Translator(model, tokenizer, DecodingConfig(beam_size=5)).translate([sentence])
+    expected = Translator(model, tokenizer, model_decoding(None)).translate([sentence])
     assert printed.getvalue() == f"{expected.translations!r}\n"
     assert re.search(r"# (\[.*\])$", code.strip()).group(1) == repr(expected.translations)

@@ -8,6 +8,7 @@ capture_translation, generate_text), never through the server.
 import asyncio
 import re
 import threading
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -15,7 +16,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from attnkit.data import load_named_corpus
-from attnkit.decoding import DecodingConfig, Translator
+from attnkit.decoding import Translator, model_decoding
 from attnkit.generation import GenerationConfig, generate_text
 from attnkit.serve import LoadedModels, ServeSettings, create_app
 from attnkit.viz import capture_translation
@@ -32,8 +33,11 @@ SENTENCE = "Ein Mann fährt Fahrrad."
 
 
 def offline(translation, texts, beam):
-    return Translator(translation.model, translation.tokenizer, DecodingConfig(beam_size=beam))\
-        .translate(texts).translations  # fmt: skip
+    """What `attnkit translate --beam BEAM` gives: the model's search settings, this beam."""
+    config = replace(model_decoding(translation.path), beam_size=beam)
+    return (
+        Translator(translation.model, translation.tokenizer, config).translate(texts).translations
+    )
 
 
 @pytest.fixture(scope="module")

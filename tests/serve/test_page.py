@@ -13,7 +13,7 @@ import shutil
 import pytest
 from playwright.sync_api import sync_playwright
 
-from attnkit.decoding import DecodingConfig, Translator
+from attnkit.decoding import Translator, model_decoding
 from attnkit.generation import GenerationConfig, generate_text
 from attnkit.serve import LoadedModels, ServeSettings, create_app
 from tests.helpers.serve import DEADLINE, ThreadedServer
@@ -45,7 +45,7 @@ def test_page_translates_draws_the_heatmap_and_streams(browser, models, tmp_path
     served = LoadedModels(models.translation, None, models.gpt, models.folders)
     app = create_app(ServeSettings(), models=served)
     translation = Translator(models.translation.model, models.translation.tokenizer,
-                             DecodingConfig(beam_size=5)).translate([SENTENCE]).translations[0]  # fmt: skip
+                             model_decoding(models.translation.path)).translate([SENTENCE]).translations[0]  # fmt: skip
     (generated,) = generate_text(models.gpt, None, [PROMPT], GenerationConfig(max_new_tokens=30))
 
     with ThreadedServer(app) as server:

@@ -6,10 +6,11 @@ import socket
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 
 import httpx
 
-from attnkit.decoding import DecodingConfig, Translator
+from attnkit.decoding import Translator, model_decoding
 from tests.helpers.serve import DEADLINE, ServeProcess, parse_metric, wait_until
 
 TEXTS = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."]
@@ -33,7 +34,8 @@ def test_sigterm_drains_in_flight_requests_and_refuses_new_ones(translation):
         server.proc.send_signal(signal.SIGTERM)
         worker.join(DEADLINE)
         assert answer["r"].status_code == 200, answer["r"].text
-        expected = Translator(translation.model, translation.tokenizer, DecodingConfig(beam_size=2))
+        config = replace(model_decoding(translation.path), beam_size=2)  # the server's
+        expected = Translator(translation.model, translation.tokenizer, config)
         assert answer["r"].json()["translations"] == expected.translate(TEXTS).translations
         # New requests: the port is closed (or, for a moment, they get 503).
         try:

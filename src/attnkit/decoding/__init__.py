@@ -1,9 +1,10 @@
 """Decoding: greedy and beam search with a KV cache, text translation, model folders.
 
-    from attnkit.decoding import DecodingConfig, Translator, load_translation_model
+    from attnkit.decoding import Translator, load_translation_model, model_decoding
 
     model, tokenizer, _ = load_translation_model("runs/multi30k")   # or None: the shipped one
-    translator = Translator(model, tokenizer, DecodingConfig(beam_size=5), batch_tokens=4000)
+    config = model_decoding("runs/multi30k")  # the folder's search settings (beam, lenpen)
+    translator = Translator(model, tokenizer, config, batch_tokens=4000)
     translator.translate(["Ein Hund rennt."]).translations
 
 Modules, in the order a sentence meets them:
@@ -16,11 +17,12 @@ Modules, in the order a sentence meets them:
 :mod:`~attnkit.decoding.loading` (``config.json`` + ``model.safetensors`` + ``tokenizer.json``).
 """
 
-from attnkit.decoding.config import MAX_BEAM_SIZE, DecodingConfig
+from attnkit.decoding.config import MAX_BEAM_SIZE, SEARCH_FIELDS, DecodingConfig
 from attnkit.decoding.generate import Hypothesis, beam_search, generate, greedy_search, max_lengths
 from attnkit.decoding.loading import (
     TranslationModel,
     load_translation_model,
+    model_decoding,
     resolve_model_dir,
     save_translation_model,
     shipped_model_dir,
@@ -37,6 +39,7 @@ from attnkit.decoding.translate import (
 
 __all__ = [
     "MAX_BEAM_SIZE",
+    "SEARCH_FIELDS",
     "BeamSearch",
     "DecoderState",
     "DecodingConfig",
@@ -54,6 +57,7 @@ __all__ = [
     "greedy_search",
     "load_translation_model",
     "max_lengths",
+    "model_decoding",
     "normalize_source",
     "prefill",
     "resolve_model_dir",

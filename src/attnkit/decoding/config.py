@@ -5,6 +5,11 @@ made: beams above :data:`MAX_BEAM_SIZE`, non-finite or negative length settings 
 length penalties are refused with a ValueError naming the field. The memory a search needs is
 bounded separately, for a given model and batch (:mod:`attnkit.decoding.memory_bound`).
 
+A model folder may store the search settings it was tuned with (a ``"decoding"`` object in
+its ``config.json``: :data:`SEARCH_FIELDS`, e.g. the length penalty chosen on validation);
+:meth:`DecodingConfig.from_search_settings` reads them, :meth:`DecodingConfig.search_settings`
+writes them, and :func:`~attnkit.decoding.loading.model_decoding` gives a folder's defaults.
+
 Special ids come from the tokenizer: ``bos_id`` / ``eos_id`` left None are filled by
 :meth:`DecodingConfig.with_ids` (:class:`~attnkit.decoding.Translator` calls it), and only a
 search run directly on ids falls back to :data:`DEFAULT_BOS_ID` / :data:`DEFAULT_EOS_ID`, the
@@ -14,6 +19,7 @@ fixed ids of attnkit's :class:`~attnkit.data.SubwordTokenizer`, read from that c
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from attnkit.data.tokenizer import SubwordTokenizer
@@ -22,7 +28,7 @@ from attnkit.decoding.search import LENGTH_PENALTY_STYLES, LengthPenalty
 DEFAULT_BOS_ID = SubwordTokenizer.bos_id  # the ids of attnkit's tokenizer, used when a
 DEFAULT_EOS_ID = SubwordTokenizer.eos_id  # DecodingConfig leaves bos_id/eos_id unset
 
-__all__ = ["DEFAULT_BOS_ID", "DEFAULT_EOS_ID", "MAX_BEAM_SIZE", "DecodingConfig"]
+__all__ = ["DEFAULT_BOS_ID", "DEFAULT_EOS_ID", "MAX_BEAM_SIZE", "SEARCH_FIELDS", "DecodingConfig"]
 
 
 MAX_BEAM_SIZE = 1024
@@ -30,6 +36,12 @@ MAX_BEAM_SIZE = 1024
 of 4-10 are usual, and larger beams favour short outputs); the memory check of
 :func:`~attnkit.decoding.memory_bound.check_decoding_memory` is the bound that matters for a
 given model and batch."""
+
+
+SEARCH_FIELDS = ("beam_size", "max_len_a", "max_len_b", "min_len", "lenpen", "lenpen_style")
+"""The settings of :class:`DecodingConfig` that a model folder may store as its defaults: how
+to search, not what to return (``n_best``), how to compute (``use_cache``) or the tokenizer's
+ids."""
 
 
 def _is_int(value: object) -> bool:
@@ -107,6 +119,34 @@ class DecodingConfig:
     def eos(self) -> int:
         """The eos id in use: ``eos_id``, or attnkit's tokenizer's when None."""
         return DEFAULT_EOS_ID if self.eos_id is None else self.eos_id
+
+    def search_settings(self) -> dict[str, int | float | str]:
+        """The :data:`SEARCH_FIELDS` of this config, as a model folder stores them."""
+        return {name: getattr(self, name) for name in SEARCH_FIELDS}
+
+    @classmethod
+    def from_search_settings(cls, settings: Mapping[str, object], where: str) -> DecodingConfig:
+        """The config with ``settings`` (a model folder's stored :data:`SEARCH_FIELDS`) and the
+        defaults for the rest.
+
+        Raises:
+            ValueError: naming ``where`` and the field, for a key that is not one of
+                :data:`SEARCH_FIELDS` or a value out of bounds.
+        """
+        if not isinstance(settings, Mapping):
+            raise ValueError(
+                f"{where}: expected an object of decoding settings {SEARCH_FIELDS}, got "
+                f"{type(settings).__name__}"
+            )
+        unknown = sorted(set(settings) - set(SEARCH_FIELDS))
+        if unknown:
+            raise ValueError(
+                f"{where}: unknown decoding setting(s) {unknown}; expected some of {SEARCH_FIELDS}"
+            )
+        try:
+            return cls(**settings)
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
 
     def with_ids(self, tokenizer) -> DecodingConfig:
         """This config with the bos and eos ids of ``tokenizer``.

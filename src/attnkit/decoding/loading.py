@@ -7,6 +7,9 @@ The folder layout is the one the trainer writes and the package ships in
 * ``config.json``: the :class:`~attnkit.models.TransformerConfig` fields, either under a
   ``"model"`` key (other top-level keys, such as training settings, are then ignored) or at
   the top level (keys that are not config fields are ignored there);
+* ``config.json`` may also hold a ``"decoding"`` object: the search settings the model was
+  tuned with (:data:`~attnkit.decoding.config.SEARCH_FIELDS`; the shipped model's length
+  penalty was chosen on the validation set), the defaults :func:`model_decoding` returns;
 * ``model.safetensors``: the state dict, in any floating dtype (the shipped model is bfloat16);
   tied weights are stored once;
 * ``tokenizer.json``: a :class:`~attnkit.data.SubwordTokenizer`.
@@ -27,11 +30,13 @@ import torch
 import attnkit
 from attnkit import model_folder as mf
 from attnkit.data.tokenizer import SubwordTokenizer
+from attnkit.decoding.config import DecodingConfig
 from attnkit.models.transformer import Transformer, TransformerConfig
 
 logger = logging.getLogger(__name__)
 
 SHIPPED_MODEL = "multi30k_de_en"
+DECODING_KEY = "decoding"  # config.json: the folder's default search settings
 
 
 class TranslationModel(NamedTuple):
@@ -107,6 +112,22 @@ def read_model_config(folder: str | os.PathLike[str]) -> TransformerConfig:
     raw = mf.read_config(folder)
     mf.expect_kind(folder, raw, "translation", allow_unknown=True)  # fields at the top level
     return model_config_from(raw, folder / mf.CONFIG_FILE)
+
+
+def model_decoding(folder: str | os.PathLike[str] | None) -> DecodingConfig:
+    """The decoding defaults of a translation folder (None = the shipped model): its
+    ``config.json``'s ``"decoding"`` settings over :class:`DecodingConfig`'s defaults, or those
+    defaults when it has none.
+
+    Raises:
+        ValueError: naming the file, for a setting that is unknown or out of bounds.
+    """
+    folder = resolve_model_dir(folder)
+    raw = mf.read_config(folder)
+    if DECODING_KEY not in raw:
+        return DecodingConfig()
+    where = f'{folder / mf.CONFIG_FILE}: "{DECODING_KEY}"'
+    return DecodingConfig.from_search_settings(raw[DECODING_KEY], where)
 
 
 def load_tokenizer(folder: str | os.PathLike[str]) -> SubwordTokenizer:
@@ -190,6 +211,7 @@ def save_translation_model(
     dtype: torch.dtype | None = None,
     extra_config: dict | None = None,
     extra_files: Mapping[str, str | os.PathLike[str]] | None = None,
+    decoding: DecodingConfig | None = None,
 ) -> Path:
     """Write a folder that :func:`load_translation_model` reads, atomically.
 
@@ -204,12 +226,16 @@ def save_translation_model(
         extra_config: more top-level ``config.json`` keys (e.g. training settings).
         extra_files: name in the folder -> file to copy there (names of
             :data:`attnkit.model_folder.FOLDER_FILES`, e.g. ``train.log``).
+        decoding: the folder's default search settings (its ``search_settings()``, read back
+            by :func:`model_decoding`); None writes none (the defaults of DecodingConfig).
 
     Returns:
         The folder.
     """
     folder = Path(path)
     config = {"model": model.config.to_dict(), **(extra_config or {})}
+    if decoding is not None:
+        config[DECODING_KEY] = decoding.search_settings()
     with mf.atomic_folder(folder) as tmp:
         write_translation_files(tmp, model, tokenizer, config, dtype=dtype)
         for name, source in (extra_files or {}).items():

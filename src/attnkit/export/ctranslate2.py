@@ -306,7 +306,7 @@ def export_ctranslate2(
     import torch
 
     from attnkit import model_folder as mf
-    from attnkit.decoding import DecodingConfig, load_translation_model, resolve_model_dir
+    from attnkit.decoding import load_translation_model, model_decoding, resolve_model_dir
     from attnkit.decoding.loading import read_model_config
     from attnkit.export.folder import (
         EXPORT_FORMAT,
@@ -333,9 +333,10 @@ def export_ctranslate2(
         "quantization": quantization,
         "ctranslate2_version": ct2.__version__,
         "model": model.config.to_dict(),
-        # attnkit's default search, for ctranslate2.Translator.translate_batch(**...)
+        # the model's default search (its config.json's "decoding", as `attnkit translate`
+        # uses it), for ctranslate2.Translator.translate_batch(**...)
         "translate_batch": translate_options(
-            DecodingConfig().with_ids(tokenizer), tokenizer, max_len=model.config.max_len
+            model_decoding(folder).with_ids(tokenizer), tokenizer, max_len=model.config.max_len
         ),
     }
     with atomic_export_folder(out) as tmp:

@@ -108,14 +108,17 @@ class TranslationService(_Batched):
     name = "translation"
 
     def __init__(self, loaded, settings: ServeSettings, metrics: Metrics) -> None:
-        from attnkit.decoding import DecodingConfig, Translator
+        from dataclasses import replace
+
+        from attnkit.decoding import Translator, model_decoding
 
         self.model, self.tokenizer, self.folder = loaded.model, loaded.tokenizer, str(loaded.path)
+        self.search = model_decoding(loaded.path)  # the model's search settings, as translate's
         self._translators = {
             beam: Translator(
                 self.model,
                 self.tokenizer,
-                DecodingConfig(beam_size=beam),
+                replace(self.search, beam_size=beam),
                 batch_tokens=settings.batch_tokens,
             )
             for beam in range(1, settings.max_beam + 1)
@@ -211,8 +214,9 @@ class AttentionService:
                 return capture_bert(self.models.bert, None, text)
             loaded = self.models.translation
             return capture_translation(
-                loaded.model, loaded.tokenizer, text, tgt_text=target, beam=beam
-            )
+                loaded.model, loaded.tokenizer, text, tgt_text=target, beam=beam,
+                search=self.translation.search,
+            )  # fmt: skip
 
     def submit(self, model: str, text: str, target: str | None, beam: int):
         """Check the request, then start the capture; returns a concurrent Future."""

@@ -187,12 +187,12 @@ def _fit(ids: list[int], limit: int, what: str) -> list[int]:
 
 
 def capture_translation(
-    model, tokenizer, src_text: str, *, tgt_text: str | None = None, beam: int = 5
+    model, tokenizer, src_text: str, *, tgt_text: str | None = None, beam: int = 5, search=None
 ) -> AttentionMaps:
     """Encoder, decoder self- and cross-attention of a translation model on one sentence.
 
     Without ``tgt_text`` the sentence is translated first (beam search, as
-    ``attnkit translate --beam BEAM``); then one teacher-forced pass over the target with
+    ``attnkit translate --beam BEAM`` with the model's search settings in ``search``); then one teacher-forced pass over the target with
     ``return_weights=True`` gives every weight.
 
     Args:
@@ -201,10 +201,15 @@ def capture_translation(
         src_text: the source sentence.
         tgt_text: the target sentence to force (default: the model's translation).
         beam: beam size of the translation; 1 = greedy.
+        search: the other search settings (length penalty, lengths), a
+            :class:`~attnkit.decoding.DecodingConfig` such as the model folder's
+            :func:`~attnkit.decoding.model_decoding`; None = DecodingConfig's defaults.
 
     Returns:
         An :class:`AttentionMaps` with all three kinds.
     """
+    from dataclasses import replace
+
     from attnkit.decoding.generate import DecodingConfig, generate
 
     if not src_text.strip():
@@ -214,7 +219,7 @@ def capture_translation(
     src_ids = [*_fit(tokenizer.encode(src_text), limit, "source"), tokenizer.eos_id]
     src = torch.tensor([src_ids], dtype=torch.long, device=device)  # (1, S)
     if tgt_text is None:
-        config = DecodingConfig(beam_size=beam).with_ids(tokenizer)
+        config = replace(search or DecodingConfig(), beam_size=beam).with_ids(tokenizer)
         out_ids = generate(model, src, config)[0][0].tokens
     else:
         out_ids = _fit(tokenizer.encode(tgt_text), limit, "target")

@@ -142,9 +142,12 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--target: only for translation models; this is a BERT model")
         maps = capture_bert(model, tokenizer, args.text)
     else:
+        from attnkit.decoding import model_decoding
+
         maps = capture_translation(
-            model, tokenizer, args.text, tgt_text=args.target, beam=args.beam
-        )
+            model, tokenizer, args.text, tgt_text=args.target, beam=args.beam,
+            search=model_decoding(folder),
+        )  # fmt: skip
     kind = args.kind or ("cross" if model_type == "translation" else "encoder")
     layers = maps.num_layers(kind)  # also checks that the model has this kind
     layer = layers - 1 if args.layer is None else args.layer

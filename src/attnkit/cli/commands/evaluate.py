@@ -30,7 +30,7 @@ become one space, ends stripped; an empty line gives an empty translation); refe
 scored as they are. An empty file is an error.
 
 --json prints one object: {"bleu": ..., "signature": ..., "sentences_per_sec": ...,
-"sentences": ..., "seconds": ..., "model": ..., "beam": ...}
+"sentences": ..., "seconds": ..., "test_set": ..., "model": ..., "beam": ..., "lenpen": ...}
 
 Language models: [--model GPT_DIR] --text FILE scores FILE (UTF-8, .gz allowed, - = standard
 input; an empty file is an error) with a GPT folder (an attnkit language model or a Hugging
@@ -191,7 +191,8 @@ def run(args: argparse.Namespace) -> int:
             "seconds": seconds,
             "test_set": name,
             "model": str(args.model) if args.model else "multi30k_de_en (shipped)",
-            "beam": args.beam,
+            "beam": translator.config.beam_size,
+            "lenpen": translator.config.lenpen,
         }
         print(json.dumps(report))
     else:
@@ -199,7 +200,8 @@ def run(args: argparse.Namespace) -> int:
         print(bleu.signature)
         print(
             f"{name}: {len(src)} sentences in {seconds:.2f} s = {speed:.1f} sentences/s "
-            f"(beam {args.beam}, {translator.device.type})",
+            f"(beam {translator.config.beam_size}, length penalty {translator.config.lenpen:g}, "
+            f"{translator.device.type})",
             file=sys.stdout,
         )
     return 0
