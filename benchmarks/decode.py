@@ -42,6 +42,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import platform  # noqa: E402
+import resource  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -163,10 +164,11 @@ def time_sides(sides: dict, batches) -> dict[str, tuple[float, float, int]]:
 ATTNKIT_SIDES = {
     "attnkit (default path)": [],
     "attnkit float32": ["--dtype", "float32"],
+    "attnkit (threads)": ["--parallel", "threads"],  # the default path's workers as threads
 }
 # CTranslate2 sides: name -> compute_type, on the float32 export of the same folder.
 # Each compute type twice: one batch at a time on all the threads (intra_threads), and one
-# batch per thread (inter_threads, as attnkit's default Translator(workers=threads) decodes).
+# batch per thread (inter_threads, as attnkit's default path decodes: one worker per thread).
 CT2_SIDES = {
     "CTranslate2 float32": ("float32", "intra"),
     "CTranslate2 int8": ("int8", "intra"),
@@ -242,12 +244,19 @@ def ct2_sides(folder: str, tokenizer, options: dict, threads: int, batch_tokens:
     return sides
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process (every thread's) and of its finished children (attnkit's
+    forked decoding workers, reaped when each translate call ends)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def take_turns(sides: dict, lines: list[str], rounds: int, chunk: int):
     """Every side translates all ``lines`` once per round, in chunks of ``chunk`` lines: each
     chunk goes to every side in turn, the first side rotating from chunk to chunk, so that
     load from other processes slows every side alike. Returns name -> (wall seconds per round,
-    CPU seconds of the process per round (every thread's), translations, whether every round
-    gave the same translations)."""
+    CPU seconds per round (:func:`cpu_seconds`), translations, whether every round gave the
+    same translations)."""
     names = list(sides)
     seconds = {name: [0.0] * rounds for name in names}
     cpu = {name: [0.0] * rounds for name in names}
@@ -257,10 +266,10 @@ def take_turns(sides: dict, lines: list[str], rounds: int, chunk: int):
         for begin in range(0, len(lines), chunk):
             part = lines[begin : begin + chunk]
             for name in names[turn % len(names) :] + names[: turn % len(names)]:
-                start, start_cpu = time.perf_counter(), time.process_time()
+                start, start_cpu = time.perf_counter(), cpu_seconds()
                 outputs[name][r] += sides[name](part)
                 seconds[name][r] += time.perf_counter() - start
-                cpu[name][r] += time.process_time() - start_cpu
+                cpu[name][r] += cpu_seconds() - start_cpu
             turn += 1
     return {
         name: (

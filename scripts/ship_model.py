@@ -43,6 +43,7 @@ import torch
 
 import attnkit
 from attnkit import model_folder as mf
+from attnkit.cli.options import real
 from attnkit.decoding import DecodingConfig, load_translation_model, save_translation_model
 from attnkit.models import GPT
 from attnkit.training import run_folder
@@ -320,7 +321,7 @@ def main() -> int:
         "unless it would pass 25 MB)",
     )  # fmt: skip
     parser.add_argument(
-        "--lenpen", type=float, default=None, metavar="ALPHA",
+        "--lenpen", type=real(), default=None, metavar="ALPHA",
         help="translation: the length penalty chosen on the validation set, stored as the "
         "model's decoding default (default: none stored, decoding uses 1.0)",
     )  # fmt: skip

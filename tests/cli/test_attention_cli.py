@@ -177,3 +177,22 @@ def test_shipped_model(tmp_path):
     out = tmp_path / "attn.html"
     assert main(["attention", SENTENCE, "--out", str(out)]) == 0
     assert [k["id"] for k in _page_data(out)["kinds"]] == ["encoder", "decoder", "cross"]
+
+
+def test_translation_uses_the_models_search_settings(model_dir, tmp_path):
+    """The sentence is translated with the folder's stored search settings (as `attnkit
+    translate` does); --beam overrides only the beam."""
+    import shutil
+
+    folder = Path(shutil.copytree(model_dir, tmp_path / "model"))
+    config = json.loads((folder / "config.json").read_text())
+    config["decoding"] = {"max_len_a": 0.0, "max_len_b": 2, "beam_size": 3}
+    (folder / "config.json").write_text(json.dumps(config))
+    for extra in ([], ["--beam", "1"]):
+        out = tmp_path / "attn.html"
+        assert main(["attention", "--model", str(folder), SENTENCE, "--out", str(out), *extra]) == 0
+        cross = {k["id"]: k for k in _page_data(out)["kinds"]}["cross"]
+        assert len(cross["rows"]) <= 3  # at most 2 tokens and the eos (the default limit: 17)
+    plain = tmp_path / "plain.html"
+    assert main(["attention", "--model", model_dir, SENTENCE, "--out", str(plain)]) == 0
+    assert len({k["id"]: k for k in _page_data(plain)["kinds"]}["cross"]["rows"]) > 3

@@ -116,6 +116,7 @@ def test_evaluate_json_on_files(model_dir, expected, tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"BLEU = {reference.score:.2f} ")
     assert out[1] == reference.signature and "sentences/s" in out[2]
+    assert out[2].endswith("(beam 2, length penalty 1, cpu)")
 
 
 def test_evaluate_named_split(model_dir, monkeypatch, capsys):
@@ -447,25 +448,30 @@ def test_dtype_auto_is_bfloat16_only_where_native(
     capsys.readouterr()
 
 
-def test_workers_default_to_one_per_thread(model_dir, monkeypatch, capsys):
+def test_workers_default_to_one_forked_process_per_thread(model_dir, monkeypatch, capfd):
     import attnkit.decoding
 
     seen = []
     real = attnkit.decoding.Translator
 
     def spy(*args, **kwargs):
-        seen.append(kwargs["workers"])
+        seen.append((kwargs["workers"], kwargs["parallel"]))
         return real(*args, **kwargs)
 
     monkeypatch.setattr(attnkit.decoding, "Translator", spy)
-    for extra, want in (([], torch.get_num_threads()), (["--workers", "1"], 1)):
-        _stdin(monkeypatch, b"Ein Hund.\n")
+    for extra, want in (
+        ([], (torch.get_num_threads(), "processes")),
+        (["--workers", "1"], (1, "processes")),
+        (["--parallel", "threads"], (torch.get_num_threads(), "threads")),
+    ):
+        _stdin(monkeypatch, b"Ein Hund.\nZwei Hunde.\n")
         assert main(["translate", "--model", str(model_dir), *FAST, *extra]) == 0
         assert seen[-1] == want
+        assert len(capfd.readouterr().out.splitlines()) == 2
     with pytest.raises(SystemExit) as exit_info:
         main(["translate", "--model", str(model_dir), *FAST, "--workers", "0"])
     assert exit_info.value.code == 2
-    assert "--workers: expected an integer from 1 to 256, got '0'" in capsys.readouterr().err
+    assert "--workers: expected an integer from 1 to 256, got '0'" in capfd.readouterr().err
 
 
 def test_search_flags_default_to_the_models_settings(model_dir, tmp_path, monkeypatch, capsys):
@@ -499,3 +505,19 @@ def test_search_flags_default_to_the_models_settings(model_dir, tmp_path, monkey
         assert main([*args, "--device", "cpu", *flags]) == 0
         report = json.loads(capsys.readouterr().out)
         assert (report["beam"], report["lenpen"]) == searched
+
+
+def test_the_cli_knows_every_search_setting_and_kind_of_worker():
+    """The CLI keeps its own copies (it imports torch only when a command runs): they must
+    name the library's search settings and kinds of worker."""
+    from attnkit.cli.commands import translate as command
+    from attnkit.decoding import SEARCH_FIELDS
+    from attnkit.decoding.translate import PARALLEL
+
+    assert set(command._DESTS) == set(SEARCH_FIELDS)
+    assert set(command.PARALLEL) == set(PARALLEL)
+    from attnkit.cli import build_parser
+
+    defaults = vars(build_parser().parse_args(["translate"]))
+    assert all(defaults[dest] is None for dest in command._DESTS.values())  # None: the model's
+    assert defaults["parallel"] == command.PARALLEL[0] == "processes"

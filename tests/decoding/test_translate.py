@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
 from attnkit.data import SubwordTokenizer, load_named_corpus
 from attnkit.decoding import DecodingConfig, Translator, normalize_source, token_batches
+from attnkit.decoding.translate import PARALLEL, can_fork
 from attnkit.models import Transformer
 from tests.helpers.decoding import tiny_config
 
@@ -133,30 +136,76 @@ def test_translate_checks_its_input(translator_parts):
         translator.translate(["a", b"b"])
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_a_callers_autocast_does_not_change_the_translation(translator_parts, workers):
+@pytest.mark.parametrize(
+    ("workers", "parallel"), [(1, "threads"), (2, "threads"), (2, "processes")]
+)
+def test_a_callers_autocast_does_not_change_the_translation(translator_parts, workers, parallel):
     """The translator computes in its model's dtype: under a caller's bf16 autocast (a training
     run's val_bleu hook) a float32 model translates as it does without it (before the fix, the
     cached keys came out bf16 beside float32 queries and decoding raised)."""
     model, tokenizer, lines = translator_parts
     config = DecodingConfig(beam_size=2, max_len_a=0.5, max_len_b=3)
-    plain = Translator(model, tokenizer, config, batch_tokens=8, workers=workers)
+    plain = Translator(model, tokenizer, config, batch_tokens=8, workers=workers, parallel=parallel)
     expected = plain.translate(lines).translations
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert plain.translate(lines).translations == expected
 
 
+@pytest.mark.parametrize("parallel", PARALLEL)
 @pytest.mark.parametrize("workers", [2, 3])
-def test_workers_translate_as_one_batch_at_a_time(translator_parts, workers):
-    """Batches decoded side by side on threads give the sequential output, in input order,
-    and leave torch's thread count as it was."""
+def test_workers_translate_as_one_batch_at_a_time(translator_parts, workers, parallel):
+    """Batches decoded side by side on threads or forked processes give the sequential output,
+    in input order, and leave torch's thread count as it was."""
     model, tokenizer, lines = translator_parts
     config = DecodingConfig(beam_size=2, max_len_a=0.5, max_len_b=3)
     one = Translator(model, tokenizer, config, batch_tokens=8).translate(lines)
     threads = torch.get_num_threads()
-    many = Translator(model, tokenizer, config, batch_tokens=8, workers=workers)
-    assert many.translate(lines).translations == one.translations
+    many = Translator(model, tokenizer, config, batch_tokens=8, workers=workers, parallel=parallel)
+    assert many.parallel == (parallel if can_fork() else "threads")
+    assert many.translate([*lines, "", lines[0]]).translations == [
+        *one.translations,
+        "",
+        one.translations[0],
+    ]
     assert torch.get_num_threads() == threads
+
+
+@pytest.mark.skipif(not can_fork(), reason="forked workers need Linux's fork")
+def test_processes_decode_in_other_processes_and_errors_come_back(translator_parts, monkeypatch):
+    """With parallel="processes" the decoding runs in forked workers (their pid is not this
+    one's), a worker's exception reaches the caller, and a worker that dies is named."""
+    from attnkit.decoding import translate as module
+
+    model, tokenizer, lines = translator_parts
+
+    def failing(model, src, config):
+        raise RuntimeError(f"decoder broke in {os.getpid()} on {torch.get_num_threads()} threads")
+
+    monkeypatch.setattr(module, "generate", failing)  # inherited by the forked workers
+    translator = Translator(model, tokenizer, DecodingConfig(beam_size=1), workers=2,
+                            parallel="processes")  # fmt: skip
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with pytest.raises(RuntimeError, match=r"decoder broke in \d+ on 1 threads") as error:
+            translator.translate(lines)
+    finally:
+        torch.set_num_threads(threads)
+    assert int(str(error.value).split()[3]) != os.getpid()  # a worker, one operator thread
+    monkeypatch.setattr(module, "_translate_part", _die)
+    with pytest.raises(RuntimeError, match=r"a translation worker process died"):
+        translator.translate(lines)
+
+
+def _die(sources):
+    os._exit(3)  # a worker killed mid-translation (by the OOM killer, say)
+
+
+@pytest.mark.parametrize("parallel", ["process", None, ""])
+def test_parallel_must_be_threads_or_processes(translator_parts, parallel):
+    model, tokenizer, _ = translator_parts
+    with pytest.raises(ValueError, match=r"parallel: expected one of \('threads', 'processes'\)"):
+        Translator(model, tokenizer, parallel=parallel)
 
 
 def test_a_worker_error_reaches_the_caller_and_threads_are_restored(translator_parts, monkeypatch):
@@ -183,3 +232,70 @@ def test_workers_must_be_a_positive_integer(translator_parts, workers):
     model, tokenizer, _ = translator_parts
     with pytest.raises(ValueError, match=r"workers: expected an integer >= 1"):
         Translator(model, tokenizer, workers=workers)
+
+
+@pytest.mark.parametrize("parallel", PARALLEL)
+@pytest.mark.parametrize("count", [0, 1, 3])
+def test_fewer_sentences_than_workers(translator_parts, parallel, count):
+    model, tokenizer, lines = translator_parts
+    config = DecodingConfig(beam_size=2, max_len_a=0.5, max_len_b=3)
+    one = Translator(model, tokenizer, config)
+    many = Translator(model, tokenizer, config, workers=4, parallel=parallel)
+    sources, _ = one.encode(lines[:count])
+    assert many.translate_ids(sources) == one.translate_ids(sources)
+    assert len(many.translate_ids(sources)) == count
+
+
+_ORPHAN_CHECK = """
+import os, sys, time
+import torch
+from attnkit.data import SubwordTokenizer, load_named_corpus
+from attnkit.decoding import DecodingConfig, Translator, translate
+from attnkit.models import Transformer
+from tests.helpers.decoding import tiny_config
+
+def stuck(model, src, config):
+    print(os.getpid(), flush=True)
+    time.sleep(120)
+
+translate.generate = stuck
+corpus = load_named_corpus("multi30k", split="val")
+tokenizer = SubwordTokenizer.train(corpus.src[:50] + corpus.tgt[:50], vocab_size=300)
+model = Transformer(tiny_config(tokenizer.vocab_size, max_len=16)).eval()
+Translator(model, tokenizer, DecodingConfig(beam_size=1), workers=2, parallel="processes")\
+    .translate(corpus.src[:4])
+"""
+
+
+@pytest.mark.skipif(not can_fork(), reason="forked workers need Linux's fork")
+def test_workers_die_with_a_killed_parent(tmp_path):
+    """`attnkit translate` killed mid-file (SIGKILL: no clean-up runs) leaves no worker process
+    behind: each asks Linux for SIGKILL when its parent dies."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _ORPHAN_CHECK], cwd=root, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        workers = [int(parent.stdout.readline()) for _ in range(2)]  # both are decoding
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in workers):
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in workers)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped by init, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -222,3 +222,30 @@ def test_long_sources_are_cut_as_attnkit_cuts(tmp_path, tokenizer):
     torch.testing.assert_close(
         torch.tensor(result.log_probs), ours.squeeze(1), atol=2e-4, rtol=1e-4
     )
+
+
+def test_the_export_records_the_models_search_settings(tmp_path):
+    """attnkit_export.json's translate_batch options are the folder's stored search settings
+    (what `attnkit translate` uses); a length penalty CTranslate2 cannot express is refused
+    before anything is written, naming where it is set."""
+    from tests.helpers.viz import build_translation_model
+
+    folder = build_translation_model(tmp_path / "model")
+    config = json.loads((folder / "config.json").read_text())
+    config["decoding"] = {"beam_size": 3, "lenpen": 1.7}
+    (folder / "config.json").write_text(json.dumps(config))
+    record = json.loads(
+        (export_ctranslate2(folder, tmp_path / "ct2") / "attnkit_export.json").read_text()
+    )
+    assert (
+        record["translate_batch"]["beam_size"],
+        record["translate_batch"]["length_penalty"],
+    ) == (3, 1.7)
+
+    config["decoding"] = {"lenpen_style": "gnmt"}
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(
+        ValueError, match=r'config.json: "decoding": lenpen_style=\'gnmt\': CTranslate2'
+    ):
+        export_ctranslate2(folder, tmp_path / "gnmt")
+    assert not (tmp_path / "gnmt").exists()

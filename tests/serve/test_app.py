@@ -83,7 +83,10 @@ def test_attention_equals_the_capture(client, translation):
     r = client.post("/v1/attention", json={"text": SENTENCE, "beam": 2, "html": True})
     assert r.status_code == 200, r.text
     data = r.json()
-    maps = capture_translation(translation.model, translation.tokenizer, SENTENCE, beam=2)
+    maps = capture_translation(
+        translation.model, translation.tokenizer, SENTENCE, beam=2,
+        search=model_decoding(translation.path),
+    )  # fmt: skip
     assert data["target"] == maps.target == offline(translation, [SENTENCE], 2)[0]
     assert [k["id"] for k in data["kinds"]] == ["encoder", "decoder", "cross"]
     for kind in data["kinds"]:
@@ -244,3 +247,31 @@ def test_draining_refuses_new_requests_and_is_not_ready(models):
         r = c.post("/v1/translate", json={"texts": [SENTENCE]})
         assert r.status_code == 503 and "shutting down" in r.json()["error"]["message"]
         assert c.get("/healthz").status_code == 200 and c.get("/metrics").status_code == 200
+
+
+def test_requests_without_a_beam_use_the_models_search_settings(tmp_path):
+    """The server translates as `attnkit translate` does: the folder's stored search settings
+    (here a 2-token limit and beam 3), a request's beam overriding only the beam."""
+    from attnkit.decoding import DecodingConfig, load_translation_model, save_translation_model
+    from tests.helpers.viz import build_translation_model
+
+    plain = load_translation_model(build_translation_model(tmp_path / "plain"))
+    stored = DecodingConfig(beam_size=3, max_len_a=0.0, max_len_b=2)
+    folder = save_translation_model(
+        tmp_path / "tuned", plain.model, plain.tokenizer, decoding=stored
+    )
+    tuned = load_translation_model(folder)
+    texts = [SENTENCE, "Zwei Hunde spielen im Schnee."]
+    with TestClient(create_app(ServeSettings(), models=LoadedModels(tuned))) as c:
+        r = c.post("/v1/translate", json={"texts": texts})
+        assert r.status_code == 200, r.text
+        assert r.json()["beam"] == 3
+        assert r.json()["translations"] == offline(tuned, texts, 3)
+        assert all(len(tuned.tokenizer.encode(t)) <= 2 for t in r.json()["translations"])
+        r = c.post("/v1/translate", json={"texts": texts, "beam": 1})
+        assert (r.json()["beam"], r.json()["translations"]) == (1, offline(tuned, texts, 1))
+        r = c.post("/v1/attention", json={"text": SENTENCE})
+        assert r.status_code == 200, r.text
+        assert r.json()["target"] == offline(tuned, [SENTENCE], 3)[0]
+    untuned = Translator(plain.model, plain.tokenizer, DecodingConfig(beam_size=3))
+    assert any(len(plain.tokenizer.encode(t)) > 2 for t in untuned.translate(texts).translations)

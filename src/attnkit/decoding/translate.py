@@ -10,13 +10,24 @@ padding, similar output lengths), batched under a token budget, split further wh
 decoder's caches would not fit in the memory available, decoded with
 :func:`~attnkit.decoding.generate.generate`, and put back in input order. Since decoding is
 batch-size invariant, the batching changes the speed, not the output.
+
+On a CPU several batches can be decoded at once (``workers``), by threads of this process or by
+forked worker processes (``parallel="processes"``, Linux): a decoding step is a long chain of
+small operators, and threads of one process still take turns at Python's interpreter lock
+between them, where processes do not (docs/benchmarks.md, "Against CTranslate2").
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import multiprocessing
+import os
+import signal
+import sys
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 import torch
@@ -27,6 +38,8 @@ from attnkit.decoding.memory_bound import available_memory, decoding_memory
 from attnkit.generation.packed import packed_linears
 
 logger = logging.getLogger(__name__)
+
+PARALLEL = ("threads", "processes")  # what Translator's workers are
 
 
 # Control characters (C0, DEL, C1) become spaces; the byte-order mark / zero-width no-break
@@ -106,6 +119,33 @@ def _decode_in_threads(decode, jobs: list, workers: int) -> None:
         torch.set_num_threads(threads)
 
 
+def can_fork() -> bool:
+    """Whether worker processes can be forked here (Linux: a forked child shares the parent's
+    model pages until they are written; other systems take ``parallel="threads"``)."""
+    return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+
+
+_FORKED: Translator | None = None  # in a forked worker process: the translator it runs
+_PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies
+
+
+def _start_worker(translator: Translator, parent: int) -> None:
+    """A forked worker's setup: one operator thread (GNU OpenMP, torch's on Linux, can hang
+    in a forked child that opens a multi-thread region), killed with its parent (a killed
+    `attnkit translate` leaves no worker behind), and the translator it runs."""
+    global _FORKED
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+    torch.set_num_threads(1)
+    _FORKED = translator
+
+
+def _translate_part(sources: list[list[int]]) -> list[list[int]]:
+    return _FORKED.translate_ids(sources)
+
+
 class Translator:
     """Translate sentences with a model and its tokenizer.
 
@@ -116,15 +156,23 @@ class Translator:
             be the tokenizer's.
         batch_tokens: padded source tokens per batch (sentences x longest source); a batch is
             split further when its decoder caches would take more than half the free memory.
-        workers: batches decoded at once on a CPU, each by its own thread with
-            ``torch.get_num_threads() // workers`` threads for its operators (CTranslate2's
-            ``inter_threads``). Decoding is a long chain of small operators, so several batches
-            side by side keep the cores busier than one batch split across them: 2 workers of
-            1 thread translate test2016 faster than 1 worker of 2 threads, and hold up far
-            better when other processes share the cores (docs/benchmarks.md). The operator
-            thread count is lowered for the duration of :meth:`translate` (process-wide, as
-            ``torch.set_num_threads`` is) and restored afterwards. Outputs do not depend on it
-            beyond the float rounding of a different thread count.
+        workers: batches decoded at once on a CPU (CTranslate2's ``inter_threads``), by the
+            workers ``parallel`` says. Decoding is a long chain of small operators, so several
+            batches side by side keep the cores busier than one batch split across them: 2
+            workers of 1 thread translate test2016 faster than 1 worker of 2 threads, and hold
+            up far better when other processes share the cores (docs/benchmarks.md). Outputs
+            do not depend on it beyond the float rounding of a different thread count.
+        parallel: what the workers are. ``"threads"`` (the default): threads of this process,
+            each running its operators on ``torch.get_num_threads() // workers`` threads (the
+            process-wide count is lowered for the duration of :meth:`translate` and restored
+            afterwards). ``"processes"`` (Linux; elsewhere threads): worker processes forked
+            for each :meth:`translate` call, one operator thread each, each given a share of
+            the sentences dealt by length; they share the model's memory with this process and
+            send back token ids. Faster than threads (no interpreter lock between the workers)
+            for programs such as ``attnkit translate``, which translate a file in one call;
+            each call costs a fork, and forking is unsafe where other threads hold locks (a
+            server). A worker sees the model as it was when the call began. The translations
+            are the ones ``"threads"`` gives.
     """
 
     def __init__(
@@ -135,11 +183,14 @@ class Translator:
         *,
         batch_tokens: int = 4000,
         workers: int = 1,
+        parallel: str = "threads",
     ) -> None:
         if isinstance(batch_tokens, bool) or not isinstance(batch_tokens, int) or batch_tokens < 1:
             raise ValueError(f"batch_tokens: expected an integer >= 1, got {batch_tokens!r}")
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers: expected an integer >= 1, got {workers!r}")
+        if parallel not in PARALLEL:
+            raise ValueError(f"parallel: expected one of {PARALLEL}, got {parallel!r}")
         pad = getattr(tokenizer, "pad_id", model.config.pad_id)
         if pad != model.config.pad_id:
             raise ValueError(
@@ -151,6 +202,8 @@ class Translator:
         self.batch_tokens = batch_tokens
         self.device = next(model.parameters()).device
         self.workers = workers if self.device.type == "cpu" else 1
+        self.parallel = parallel if can_fork() else "threads"
+        self._siblings = 1  # processes decoding at once, this one included (share the memory)
 
     @property
     def max_src_tokens(self) -> int:
@@ -179,12 +232,12 @@ class Translator:
     def _memory_batches(self, src: torch.Tensor, workers: int) -> list[slice]:
         """Split the rows of ``src`` (B, S) so that each part's decoder caches take at most half
         the free memory (the rest is for the model and the activations), shared by the
-        ``workers`` parts decoded at once. A sentence that does not fit alone is left to
-        :func:`generate` to report."""
+        ``workers`` parts decoded at once in each of the worker processes decoding at once. A
+        sentence that does not fit alone is left to :func:`generate` to report."""
         available = available_memory(self.device)
         if available is None:
             return [slice(0, src.shape[0])]
-        available //= workers
+        available //= workers * self._siblings
         c = self.model.config
         positions = int(max_lengths(src, self.config, c.max_len, c.pad_id).max()) + 1
         one = decoding_memory(
@@ -196,6 +249,10 @@ class Translator:
 
     def translate_ids(self, sources: Sequence[list[int]]) -> list[list[int]]:
         """Best output ids per source (each eos-terminated, as :meth:`encode` makes them)."""
+        if not sources:
+            return []
+        if self.parallel == "processes" and self.workers > 1 and len(sources) > 1:
+            return self._translate_in_processes(sources)
         outputs: list[list[int]] = [[] for _ in sources]
         lengths = [len(s) for s in sources]
         budget = self.batch_tokens
@@ -226,6 +283,36 @@ class Translator:
                     decode(job)
             else:
                 _decode_in_threads(decode, jobs, workers)
+        return outputs
+
+    def _translate_in_processes(self, sources: Sequence[list[int]]) -> list[list[int]]:
+        """:meth:`translate_ids` with the sentences dealt by length to forked workers, each
+        translating its share one batch at a time on one operator thread."""
+        order = sorted(range(len(sources)), key=lambda i: (len(sources[i]), i))
+        parts = [order[k :: self.workers] for k in range(min(self.workers, len(sources)))]
+        single = Translator(self.model, self.tokenizer, self.config, batch_tokens=self.batch_tokens)
+        single._siblings = len(parts)
+        shares = [[sources[i] for i in part] for part in parts]
+        # Packed here, once: the forked workers inherit the packed weights.
+        with packed_linears(self.model):
+            with ProcessPoolExecutor(
+                len(parts),
+                mp_context=multiprocessing.get_context("fork"),
+                initializer=_start_worker,
+                initargs=(single, os.getpid()),
+            ) as pool:
+                try:
+                    results = list(pool.map(_translate_part, shares))
+                except BrokenProcessPool:
+                    raise RuntimeError(
+                        "a translation worker process died (killed, or out of memory?); "
+                        "decode with fewer workers (--workers) or with threads (--parallel "
+                        "threads, Translator(parallel='threads'))"
+                    ) from None
+        outputs: list[list[int]] = [[] for _ in sources]
+        for part, result in zip(parts, results, strict=True):
+            for i, ids in zip(part, result, strict=True):
+                outputs[i] = ids
         return outputs
 
     def translate(self, lines: Sequence[str]) -> TranslationOutput:

@@ -284,8 +284,9 @@ def export_ctranslate2(
 
     ``out`` gets CTranslate2's files (``model.bin``, ``config.json``, the vocabulary), the
     model's ``tokenizer.json`` (to tokenize for CTranslate2) and ``attnkit_export.json``: what
-    was exported from where, and the ``translate_batch`` keywords of attnkit's default beam
-    search (:func:`translate_options`). It is written into a temporary folder that replaces
+    was exported from where, and the ``translate_batch`` keywords of the model's beam search
+    (its ``config.json`` ``"decoding"`` settings, :func:`~attnkit.decoding.model_decoding`;
+    :func:`translate_options`). It is written into a temporary folder that replaces
     ``out`` only when complete; an existing ``out`` is replaced only if it is empty or an
     earlier attnkit export (:mod:`attnkit.export.folder`).
 
@@ -320,7 +321,15 @@ def export_ctranslate2(
     ct2 = _ct2()
     out = Path(out)
     folder = resolve_model_dir(model_dir)
-    check_config(read_model_config(folder))  # a translation folder, and expressible
+    model_config = read_model_config(folder)
+    check_config(model_config)  # a translation folder, and expressible
+    search = model_decoding(folder)
+    if search.lenpen_style != "fairseq":
+        raise ValueError(
+            f'{folder / mf.CONFIG_FILE}: "decoding": lenpen_style={search.lenpen_style!r}: '
+            "CTranslate2's only length penalty is score / length ** alpha "
+            "(lenpen_style='fairseq')"
+        )
     check_export_target(out, source=folder)
     model, tokenizer, folder = load_translation_model(folder, dtype=torch.float32)
     spec = build_spec(model, tokenizer)
@@ -336,7 +345,7 @@ def export_ctranslate2(
         # the model's default search (its config.json's "decoding", as `attnkit translate`
         # uses it), for ctranslate2.Translator.translate_batch(**...)
         "translate_batch": translate_options(
-            model_decoding(folder).with_ids(tokenizer), tokenizer, max_len=model.config.max_len
+            search.with_ids(tokenizer), tokenizer, max_len=model_config.max_len
         ),
     }
     with atomic_export_folder(out) as tmp:

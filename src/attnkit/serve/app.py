@@ -243,9 +243,10 @@ def create_app(
         service = services().translation
         if service is None:
             raise not_loaded("translation")
-        work = service.translate(body.texts, body.beam)
+        beam = service.beam(body.beam)
+        work = service.translate(body.texts, beam)
         translations = await _or_cancel(request, work, lambda: None)
-        return {"translations": translations, "beam": body.beam, "model": service.folder}
+        return {"translations": translations, "beam": beam, "model": service.folder}
 
     @app.post("/v1/embed", response_model=EmbedResponse, responses=_ERRORS)
     async def embed(body: EmbedRequest, request: Request):

@@ -34,7 +34,11 @@ class TranslateRequest(_Request):
         "white space is normalised as `attnkit translate` does; an empty text gives ''",
         examples=[["Ein Mann fährt Fahrrad."]],
     )
-    beam: int = Field(5, ge=1, description="beam size; 1 = greedy (the limit is a setting)")
+    beam: int | None = Field(
+        None, ge=1,
+        description="beam size; 1 = greedy; default: the model's (5 for the shipped one); the "
+        "limit is a setting",
+    )  # fmt: skip
 
 
 class TranslateResponse(BaseModel):
@@ -67,7 +71,10 @@ class AttentionRequest(_Request):
     target: str | None = Field(
         None, description="translation only: the target to force (default: its translation)"
     )
-    beam: int = Field(5, ge=1, description="translation only: beam size of the translation")
+    beam: int | None = Field(
+        None, ge=1,
+        description="translation only: beam size of the translation; default: the model's",
+    )  # fmt: skip
     html: bool = Field(
         False, description="also return the viewer page (attnkit attention --out F.html)"
     )

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from tokenizers import Tokenizer
@@ -108,8 +108,6 @@ class TranslationService(_Batched):
     name = "translation"
 
     def __init__(self, loaded, settings: ServeSettings, metrics: Metrics) -> None:
-        from dataclasses import replace
-
         from attnkit.decoding import Translator, model_decoding
 
         self.model, self.tokenizer, self.folder = loaded.model, loaded.tokenizer, str(loaded.path)
@@ -130,6 +128,10 @@ class TranslationService(_Batched):
         with torch.inference_mode():
             ids = self._translators[beam].translate_ids(sources)
         return self.tokenizer.decode_batch(ids)
+
+    def beam(self, requested: int | None) -> int:
+        """The beam of a request: ``requested``, or the model's (its search settings)."""
+        return self.search.beam_size if requested is None else requested
 
     def check_beam(self, beam: int) -> None:
         check_range("beam", beam, 1, self.settings.max_beam, "the server's max_beam")
@@ -218,8 +220,9 @@ class AttentionService:
                 search=self.translation.search,
             )  # fmt: skip
 
-    def submit(self, model: str, text: str, target: str | None, beam: int):
-        """Check the request, then start the capture; returns a concurrent Future."""
+    def submit(self, model: str, text: str, target: str | None, beam: int | None):
+        """Check the request, then start the capture; returns a concurrent Future. ``beam``
+        None is the translation model's."""
         if model == "bert":
             if self.models.bert is None:
                 raise not_loaded("bert")
@@ -228,6 +231,7 @@ class AttentionService:
         else:
             if self.translation is None:
                 raise not_loaded("translation")
+            beam = self.translation.beam(beam)
             self.translation.check_beam(beam)
             self.translation.encode([text], "text", indexed=False)
             if target is not None:

@@ -1,10 +1,11 @@
 """Attention visualisation: capture the weights, draw them as images or an HTML viewer.
 
-    from attnkit.decoding import load_translation_model
+    from attnkit.decoding import load_translation_model, model_decoding
     from attnkit.viz import alignment, capture_translation, head_grid, write_html
 
     model, tokenizer, _ = load_translation_model(None)          # the shipped de-en model
-    maps = capture_translation(model, tokenizer, "Ein Mann fährt Fahrrad.")
+    search = model_decoding(None)                 # its search settings (beam, length penalty)
+    maps = capture_translation(model, tokenizer, "Ein Mann fährt Fahrrad.", search=search)
     alignment(maps.select("cross", 2, "mean"), maps.src_tokens, maps.out_tokens, out="a.png")
     head_grid(maps.select("encoder", 0), *maps.axes("encoder"), out="enc0.png")
     write_html(maps, "attn.html")

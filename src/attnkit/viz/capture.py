@@ -23,11 +23,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from attnkit.decoding import DecodingConfig
 
 logger = logging.getLogger(__name__)
 
@@ -187,12 +191,18 @@ def _fit(ids: list[int], limit: int, what: str) -> list[int]:
 
 
 def capture_translation(
-    model, tokenizer, src_text: str, *, tgt_text: str | None = None, beam: int = 5, search=None
+    model,
+    tokenizer,
+    src_text: str,
+    *,
+    tgt_text: str | None = None,
+    beam: int | None = None,
+    search: DecodingConfig | None = None,
 ) -> AttentionMaps:
     """Encoder, decoder self- and cross-attention of a translation model on one sentence.
 
-    Without ``tgt_text`` the sentence is translated first (beam search, as
-    ``attnkit translate --beam BEAM`` with the model's search settings in ``search``); then one teacher-forced pass over the target with
+    Without ``tgt_text`` the sentence is translated first with ``search`` (as ``attnkit
+    translate`` does when ``search`` is the model folder's settings); then one teacher-forced pass over the target with
     ``return_weights=True`` gives every weight.
 
     Args:
@@ -200,16 +210,14 @@ def capture_translation(
         tokenizer: its :class:`~attnkit.data.SubwordTokenizer`.
         src_text: the source sentence.
         tgt_text: the target sentence to force (default: the model's translation).
-        beam: beam size of the translation; 1 = greedy.
-        search: the other search settings (length penalty, lengths), a
+        beam: beam size of the translation, 1 = greedy; None = ``search``'s.
+        search: the search settings (beam, length penalty, lengths), a
             :class:`~attnkit.decoding.DecodingConfig` such as the model folder's
             :func:`~attnkit.decoding.model_decoding`; None = DecodingConfig's defaults.
 
     Returns:
         An :class:`AttentionMaps` with all three kinds.
     """
-    from dataclasses import replace
-
     from attnkit.decoding.generate import DecodingConfig, generate
 
     if not src_text.strip():
@@ -219,8 +227,10 @@ def capture_translation(
     src_ids = [*_fit(tokenizer.encode(src_text), limit, "source"), tokenizer.eos_id]
     src = torch.tensor([src_ids], dtype=torch.long, device=device)  # (1, S)
     if tgt_text is None:
-        config = replace(search or DecodingConfig(), beam_size=beam).with_ids(tokenizer)
-        out_ids = generate(model, src, config)[0][0].tokens
+        config = DecodingConfig() if search is None else search
+        if beam is not None:
+            config = replace(config, beam_size=beam)
+        out_ids = generate(model, src, config.with_ids(tokenizer))[0][0].tokens
     else:
         out_ids = _fit(tokenizer.encode(tgt_text), limit, "target")
     tgt = torch.tensor([[tokenizer.bos_id, *out_ids]], dtype=torch.long, device=device)  # (1, T)

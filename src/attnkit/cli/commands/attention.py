@@ -98,8 +98,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="translation models: force this target instead of translating",
     )
     parser.add_argument(
-        "--beam", type=integer(1), default=5,
-        help="translation models: beam size, 1 to 1024; 1 = greedy (default 5)",
+        "--beam", type=integer(1), default=None,
+        help="translation models: beam size, 1 to 1024; 1 = greedy (default: the model's, "
+        "else 5)",
     )  # fmt: skip
 
 
@@ -124,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         check_text_argument(args.target, "--target")
     from attnkit.decoding.generate import MAX_BEAM_SIZE
 
-    if args.beam > MAX_BEAM_SIZE:
+    if args.beam is not None and args.beam > MAX_BEAM_SIZE:
         raise ValueError(f"--beam: expected at most {MAX_BEAM_SIZE}, got {args.beam}")
     source = args.model
     if args.bert:

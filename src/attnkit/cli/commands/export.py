@@ -11,8 +11,9 @@ Write a translation model folder (--model; default: the shipped multi30k_de_en m
 CTranslate2 model folder (--out), built with CTranslate2's own TransformerSpec: model.bin,
 config.json and the vocabulary, plus the model's tokenizer.json (tokenize with it, translate
 the token strings with CTranslate2, detokenize with it) and attnkit_export.json (what was
-exported, and the translate_batch options that reproduce attnkit's beam search). A model
-option the spec cannot express is refused, naming the option.
+exported, and the translate_batch options that reproduce attnkit's beam search with the
+model's search settings, those of `attnkit translate`). A model option the spec cannot
+express is refused, naming the option.
 
 --quantization sets the type of the weights on disk: float32 (default; with the options in
 attnkit_export.json, CTranslate2 then gives attnkit's float32 translations token for token),
