@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 
 import pytest
@@ -255,7 +256,7 @@ from attnkit.models import Transformer
 from tests.helpers.decoding import tiny_config
 
 def stuck(model, src, config):
-    print(os.getpid(), flush=True)
+    os.write(1, f"{os.getpid()}\\n".encode())  # one write: the two workers' lines stay whole
     time.sleep(120)
 
 translate.generate = stuck
@@ -299,3 +300,25 @@ def _alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+@pytest.mark.skipif(not can_fork(), reason="forked workers need Linux's fork")
+def test_worker_processes_are_kept_until_the_weights_change_or_close(translator_parts):
+    """The workers forked at the first call serve the next calls; a change to the weights
+    (seen by the version counter, as packed weights see it) forks new ones with the new
+    weights; close() stops them."""
+    model, tokenizer, lines = translator_parts
+    model = copy.deepcopy(model)
+    config = DecodingConfig(beam_size=2, max_len_a=0.5, max_len_b=3)
+    with Translator(model, tokenizer, config, workers=2, parallel="processes") as translator:
+        first = translator.translate(lines).translations
+        pids = set(translator._pool._processes)
+        assert translator.translate(lines).translations == first
+        assert set(translator._pool._processes) == pids  # the same workers
+        with torch.no_grad():
+            model.output.weight.mul_(-1.0)  # in place: a new version, the same storage
+        changed = translator.translate(lines).translations
+        assert changed == Translator(model, tokenizer, config).translate(lines).translations
+        assert changed != first and not set(translator._pool._processes) & pids
+        pids = set(translator._pool._processes)
+    assert translator._pool is None and not any(_alive(pid) for pid in pids)

@@ -25,6 +25,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -165,14 +166,18 @@ class Translator:
         parallel: what the workers are. ``"threads"`` (the default): threads of this process,
             each running its operators on ``torch.get_num_threads() // workers`` threads (the
             process-wide count is lowered for the duration of :meth:`translate` and restored
-            afterwards). ``"processes"`` (Linux; elsewhere threads): worker processes forked
-            for each :meth:`translate` call, one operator thread each, each given a share of
-            the sentences dealt by length; they share the model's memory with this process and
-            send back token ids. Faster than threads (no interpreter lock between the workers)
-            for programs such as ``attnkit translate``, which translate a file in one call;
-            each call costs a fork, and forking is unsafe where other threads hold locks (a
-            server). A worker sees the model as it was when the call began. The translations
-            are the ones ``"threads"`` gives.
+            afterwards). ``"processes"`` (Linux; elsewhere threads): ``workers`` processes
+            forked at the first call, one operator thread each, each given a share of every
+            call's sentences dealt by length; they share the model's memory with this process,
+            receive source ids and send back output ids. They are kept for the next calls (with
+            the oneDNN kernels they made for the shapes they met) while the model's weights are
+            unchanged, keyed on storage and version counter as the packed weights of
+            :mod:`attnkit.generation.packed` are (writes that do not bump the counter, as a
+            fused optimizer step, need :meth:`close`), and stop with :meth:`close`, the
+            Translator, or the program (a killed one included). Faster than threads (no
+            interpreter lock between the workers), for programs such as ``attnkit translate``;
+            forking is unsafe where other threads hold locks (a server). The translations are
+            the ones ``"threads"`` gives.
     """
 
     def __init__(
@@ -204,6 +209,9 @@ class Translator:
         self.workers = workers if self.device.type == "cpu" else 1
         self.parallel = parallel if can_fork() else "threads"
         self._siblings = 1  # processes decoding at once, this one included (share the memory)
+        self._pool: ProcessPoolExecutor | None = None  # parallel="processes": the workers
+        self._pool_key: tuple | None = None  # what they were forked with (_state_key)
+        self._pool_lock = threading.Lock()
 
     @property
     def max_src_tokens(self) -> int:
@@ -286,34 +294,75 @@ class Translator:
         return outputs
 
     def _translate_in_processes(self, sources: Sequence[list[int]]) -> list[list[int]]:
-        """:meth:`translate_ids` with the sentences dealt by length to forked workers, each
-        translating its share one batch at a time on one operator thread."""
+        """:meth:`translate_ids` with the sentences dealt by length to the worker processes,
+        each translating its share one batch at a time on one operator thread."""
         order = sorted(range(len(sources)), key=lambda i: (len(sources[i]), i))
         parts = [order[k :: self.workers] for k in range(min(self.workers, len(sources)))]
-        single = Translator(self.model, self.tokenizer, self.config, batch_tokens=self.batch_tokens)
-        single._siblings = len(parts)
         shares = [[sources[i] for i in part] for part in parts]
-        # Packed here, once: the forked workers inherit the packed weights.
-        with packed_linears(self.model):
-            with ProcessPoolExecutor(
-                len(parts),
-                mp_context=multiprocessing.get_context("fork"),
-                initializer=_start_worker,
-                initargs=(single, os.getpid()),
-            ) as pool:
-                try:
-                    results = list(pool.map(_translate_part, shares))
-                except BrokenProcessPool:
-                    raise RuntimeError(
-                        "a translation worker process died (killed, or out of memory?); "
-                        "decode with fewer workers (--workers) or with threads (--parallel "
-                        "threads, Translator(parallel='threads'))"
-                    ) from None
+        with self._pool_lock:
+            pool = self._worker_pool()
+            try:
+                results = list(pool.map(_translate_part, shares))
+            except BrokenProcessPool:
+                self._close_pool()
+                raise RuntimeError(
+                    "a translation worker process died (killed, or out of memory?); decode with "
+                    "fewer workers (--workers) or with threads (--parallel threads, "
+                    "Translator(parallel='threads'))"
+                ) from None
         outputs: list[list[int]] = [[] for _ in sources]
         for part, result in zip(parts, results, strict=True):
             for i, ids in zip(part, result, strict=True):
                 outputs[i] = ids
         return outputs
+
+    def _state_key(self) -> tuple:
+        """What the worker processes were forked with: every parameter's and buffer's storage
+        and version counter, the search settings, the batch budget and the worker count."""
+        tensors = [*self.model.parameters(), *self.model.buffers()]
+        return (
+            tuple((t.data_ptr(), None if t.is_inference() else t._version) for t in tensors),
+            self.config,
+            self.batch_tokens,
+            self.workers,
+        )
+
+    def _worker_pool(self) -> ProcessPoolExecutor:
+        """The worker processes: those of the last call if :meth:`_state_key` is unchanged, else
+        new ones (forked with the model's weights packed, which they inherit)."""
+        key = self._state_key()
+        if self._pool is not None and self._pool_key == key:
+            return self._pool
+        self._close_pool()
+        single = Translator(self.model, self.tokenizer, self.config, batch_tokens=self.batch_tokens)
+        single._siblings = self.workers
+        pool = ProcessPoolExecutor(
+            self.workers,
+            mp_context=multiprocessing.get_context("fork"),
+            initializer=_start_worker,
+            initargs=(single, os.getpid()),
+        )
+        with packed_linears(self.model):
+            pool.submit(int).result()  # the first task forks every worker, inside the block
+        self._pool, self._pool_key = pool, key
+        return pool
+
+    def _close_pool(self) -> None:
+        pool, self._pool, self._pool_key = self._pool, None, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def close(self) -> None:
+        """Stop the worker processes of ``parallel="processes"``; a later call starts new ones.
+        (They also stop when the Translator is garbage-collected or the program ends.)"""
+        with self._pool_lock:
+            self._close_pool()
+
+    def __enter__(self) -> Translator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def translate(self, lines: Sequence[str]) -> TranslationOutput:
         """Translate ``lines`` (one sentence each) in order.
