@@ -41,6 +41,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+import glob  # noqa: E402
 import platform  # noqa: E402
 import resource  # noqa: E402
 import statistics  # noqa: E402
@@ -245,10 +246,23 @@ def ct2_sides(folder: str, tokenizer, options: dict, threads: int, batch_tokens:
 
 
 def cpu_seconds() -> float:
-    """CPU seconds of this process (every thread's) and of its finished children (attnkit's
-    forked decoding workers, reaped when each translate call ends)."""
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
+    """CPU seconds of this process (every thread's) and of its children, finished or running
+    (attnkit's forked decoding workers live from a translator's first call to its close)."""
+    finished = resource.getrusage(resource.RUSAGE_CHILDREN)
+    running = 0
+    for children in glob.glob("/proc/self/task/*/children"):
+        for pid in open(children).read().split():
+            try:
+                fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            except FileNotFoundError:  # ended meanwhile: counted as finished
+                continue
+            running += int(fields[11]) + int(fields[12])  # utime, stime in clock ticks
+    return (
+        time.process_time()
+        + finished.ru_utime
+        + finished.ru_stime
+        + running / os.sysconf("SC_CLK_TCK")
+    )
 
 
 def take_turns(sides: dict, lines: list[str], rounds: int, chunk: int):
