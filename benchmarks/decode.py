@@ -251,12 +251,12 @@ def cpu_seconds() -> float:
     finished = resource.getrusage(resource.RUSAGE_CHILDREN)
     running = 0
     for children in glob.glob("/proc/self/task/*/children"):
-        for pid in open(children).read().split():
-            try:
+        try:  # a thread or child that ended meanwhile is gone (a child: counted as finished)
+            for pid in open(children).read().split():
                 fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-            except FileNotFoundError:  # ended meanwhile: counted as finished
-                continue
-            running += int(fields[11]) + int(fields[12])  # utime, stime in clock ticks
+                running += int(fields[11]) + int(fields[12])  # utime, stime in clock ticks
+        except FileNotFoundError:
+            continue
     return (
         time.process_time()
         + finished.ru_utime
