@@ -240,7 +240,7 @@ class Translator:
     def _memory_batches(self, src: torch.Tensor, workers: int) -> list[slice]:
         """Split the rows of ``src`` (B, S) so that each part's decoder caches take at most half
         the free memory (the rest is for the model and the activations), shared by the
-        ``workers`` parts decoded at once in each of the worker processes decoding at once. A
+        ``workers`` parts this process decodes at once and by the worker processes beside it. A
         sentence that does not fit alone is left to :func:`generate` to report."""
         available = available_memory(self.device)
         if available is None:
