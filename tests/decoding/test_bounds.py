@@ -201,3 +201,22 @@ def test_beam_larger_than_the_vocabulary_still_works():
     (hyps,) = generate(model, pad_batch([[4, 5]]), DecodingConfig(beam_size=50, n_best=50,
                                                                   max_len_a=0, max_len_b=2))  # fmt: skip
     assert len(hyps) == 3 + 9  # every sequence of 1 or 2 tokens from {3, 4, 5}
+
+
+def test_worker_processes_share_the_free_memory(random_model, monkeypatch):
+    """A worker process (one of ``_siblings`` decoding at once) splits its batches for its
+    share of the free memory, as threads do for theirs."""
+    tokenizer = _Tokenizer()
+    config = DecodingConfig(beam_size=3, max_len_a=0.5, max_len_b=3)
+    translator = Translator(random_model, tokenizer, config)
+    sources, _ = translator.encode(["abcdefgh"] * 6)
+    src = translator._pad(list(range(6)), sources)  # (6, 9)
+    one = decoding_memory(random_model, sentences=1, beam_size=3, num_positions=8, src_len=9,
+                          use_cache=True)  # fmt: skip
+    monkeypatch.setattr(translate_module, "available_memory", lambda device: 2 * 6 * one)
+    alone = translator._memory_batches(src, 1)
+    translator._siblings = 2
+    shared = translator._memory_batches(src, 1)
+    assert [s.stop - s.start for s in alone] == [6]
+    assert [s.stop - s.start for s in shared] == [3, 3]
+    assert [s.stop - s.start for s in translator._memory_batches(src, 2)] == [1] * 6  # 2 x 2
