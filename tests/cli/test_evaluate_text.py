@@ -124,6 +124,9 @@ def test_text_needs_a_gpt_model(gpt_dir, tmp_path, capsys, monkeypatch):
         capsys, "--model", str(gpt_dir[0]), "--text", str(path), "--split", "val"
     )
     assert code == 2 and "--text and --split exclude each other" in err
+    for flag in (["--beam", "3"], ["--lenpen", "1.2"], ["--lenpen-style", "gnmt"]):
+        code, _, err = evaluate(capsys, "--model", str(gpt_dir[0]), "--text", str(path), *flag)
+        assert code == 2 and f"--text and {flag[0]} exclude each other" in err
     code, _, err = evaluate(capsys, "--model", str(gpt_dir[0]), "--text", str(tmp_path / "no.txt"))
     assert code == 2 and "no.txt' does not exist" in err
 

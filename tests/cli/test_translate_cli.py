@@ -514,10 +514,12 @@ def test_the_cli_knows_every_search_setting_and_kind_of_worker():
     from attnkit.decoding import SEARCH_FIELDS
     from attnkit.decoding.translate import PARALLEL
 
-    assert set(command._DESTS) == set(SEARCH_FIELDS)
+    assert set(command.SEARCH_DESTS) == set(SEARCH_FIELDS)
     assert set(command.PARALLEL) == set(PARALLEL)
     from attnkit.cli import build_parser
 
     defaults = vars(build_parser().parse_args(["translate"]))
-    assert all(defaults[dest] is None for dest in command._DESTS.values())  # None: the model's
+    assert all(
+        defaults[dest] is None for dest in command.SEARCH_DESTS.values()
+    )  # None: the model's
     assert defaults["parallel"] == command.PARALLEL[0] == "processes"

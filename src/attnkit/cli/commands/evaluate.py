@@ -8,6 +8,8 @@ import json
 import sys
 
 from attnkit.cli.commands.translate import (
+    SEARCH_DESTS,
+    SEARCH_FLAGS,
     add_decoding_arguments,
     build_translator,
     compute_dtype,
@@ -104,7 +106,8 @@ def _evaluate_text(args: argparse.Namespace) -> int:
     from attnkit.pretrained_loading import load_pretrained
     from attnkit.training.lm import text_loss
 
-    for flag, value in (("--src", args.src), ("--ref", args.ref), ("--split", args.split)):
+    search = [(SEARCH_FLAGS[field], getattr(args, dest)) for field, dest in SEARCH_DESTS.items()]
+    for flag, value in (("--src", args.src), ("--ref", args.ref), ("--split", args.split), *search):
         if value is not None:
             raise ValueError(
                 f"--text and {flag} exclude each other: --text scores a language model"

@@ -16,7 +16,7 @@ from attnkit.cli.options import (
 )
 
 # Translator's kinds of worker (attnkit.decoding.translate.PARALLEL, the CLI's default first;
-# not imported, as _DESTS below).
+# not imported, as SEARCH_DESTS below).
 PARALLEL = ("processes", "threads")
 
 NAME = "translate"
@@ -138,7 +138,7 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
 # DecodingConfig's SEARCH_FIELDS -> the argparse dest of the flag that sets each (the flag is
 # --dest with dashes; not imported from attnkit.decoding: the CLI imports torch only when a
 # command runs, and a test checks the two agree).
-_DESTS = {
+SEARCH_DESTS = {
     "beam_size": "beam",
     "max_len_a": "max_len_a",
     "max_len_b": "max_len_b",
@@ -146,8 +146,8 @@ _DESTS = {
     "lenpen": "lenpen",
     "lenpen_style": "lenpen_style",
 }
-_FLAGS = {field: "--" + dest.replace("_", "-") for field, dest in _DESTS.items()}
-_FLAGS["n_best"] = "--beam"  # n_best <= beam_size: the beam is the flag to change
+SEARCH_FLAGS = {field: "--" + dest.replace("_", "-") for field, dest in SEARCH_DESTS.items()}
+SEARCH_FLAGS["n_best"] = "--beam"  # n_best <= beam_size: the beam is the flag to change
 
 
 def decoding_config(args: argparse.Namespace, defaults=None):
@@ -158,7 +158,7 @@ def decoding_config(args: argparse.Namespace, defaults=None):
 
     from attnkit.decoding import DecodingConfig
 
-    given = {field: getattr(args, dest) for field, dest in _DESTS.items()}
+    given = {field: getattr(args, dest) for field, dest in SEARCH_DESTS.items()}
     given = {field: value for field, value in given.items() if value is not None}
     try:
         return replace(
@@ -166,7 +166,7 @@ def decoding_config(args: argparse.Namespace, defaults=None):
         )
     except ValueError as err:
         message = str(err)
-        for field, flag in _FLAGS.items():
+        for field, flag in SEARCH_FLAGS.items():
             if message.startswith(field + ":"):
                 message = flag + message[len(field) :]
                 break
