@@ -48,6 +48,7 @@ import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from dataclasses import replace  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
@@ -250,13 +251,18 @@ def cpu_seconds() -> float:
     (attnkit's forked decoding workers live from a translator's first call to its close)."""
     finished = resource.getrusage(resource.RUSAGE_CHILDREN)
     running = 0
+    pids = []
     for children in glob.glob("/proc/self/task/*/children"):
-        try:  # a thread or child that ended meanwhile is gone (a child: counted as finished)
-            for pid in open(children).read().split():
-                fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-                running += int(fields[11]) + int(fields[12])  # utime, stime in clock ticks
-        except FileNotFoundError:
+        try:
+            pids += Path(children).read_text().split()
+        except OSError:  # the thread ended meanwhile
             continue
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the child ended meanwhile: counted as finished
+            continue
+        running += int(fields[11]) + int(fields[12])  # utime, stime in clock ticks
     return (
         time.process_time()
         + finished.ru_utime

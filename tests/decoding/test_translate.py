@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import time
 
 import pytest
 import torch
@@ -148,6 +149,7 @@ def test_a_callers_autocast_does_not_change_the_translation(translator_parts, wo
     config = DecodingConfig(beam_size=2, max_len_a=0.5, max_len_b=3)
     plain = Translator(model, tokenizer, config, batch_tokens=8, workers=workers, parallel=parallel)
     expected = plain.translate(lines).translations
+    plain.close()  # worker processes forked anew, under the autocast
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert plain.translate(lines).translations == expected
 
@@ -275,7 +277,6 @@ def test_workers_die_with_a_killed_parent(tmp_path):
     import signal
     import subprocess
     import sys
-    import time
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
@@ -322,3 +323,58 @@ def test_worker_processes_are_kept_until_the_weights_change_or_close(translator_
         assert changed != first and not set(translator._pool._processes) & pids
         pids = set(translator._pool._processes)
     assert translator._pool is None and not any(_alive(pid) for pid in pids)
+
+
+@pytest.mark.skipif(not can_fork(), reason="forked workers need Linux's fork")
+def test_worker_processes_outlive_the_thread_that_forked_them(translator_parts):
+    """A translator first called from a thread that then ends (a server's request thread)
+    keeps its workers: they watch their parent process, not the forking thread."""
+    import threading
+
+    model, tokenizer, lines = translator_parts
+    config = DecodingConfig(beam_size=2, max_len_a=0.5, max_len_b=3)
+    expected = Translator(model, tokenizer, config).translate(lines).translations
+    with Translator(model, tokenizer, config, workers=2, parallel="processes") as translator:
+        first = threading.Thread(target=translator.translate, args=(lines,))
+        first.start()
+        first.join()
+        pids = set(translator._pool._processes)
+        time.sleep(1.5)  # three of the workers' checks of their parent
+        assert all(_alive(pid) for pid in pids)
+        assert translator.translate(lines).translations == expected
+        assert set(translator._pool._processes) == pids
+
+
+@pytest.mark.skipif(not can_fork(), reason="forked workers need Linux's fork")
+def test_a_worker_killed_while_idle_is_replaced_at_the_next_call(translator_parts):
+    import signal
+
+    model, tokenizer, lines = translator_parts
+    config = DecodingConfig(beam_size=2, max_len_a=0.5, max_len_b=3)
+    expected = Translator(model, tokenizer, config).translate(lines).translations
+    with Translator(model, tokenizer, config, workers=2, parallel="processes") as translator:
+        translator.translate(lines)
+        victim = next(iter(translator._pool._processes))
+        os.kill(victim, signal.SIGKILL)  # the OOM killer, say
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not getattr(translator._pool, "_broken", True):
+            time.sleep(0.05)
+        assert translator.translate(lines).translations == expected  # new workers
+        assert victim not in translator._pool._processes
+
+
+@pytest.mark.skipif(not can_fork(), reason="forked workers need Linux's fork")
+def test_worker_processes_end_with_the_translator(translator_parts):
+    import gc
+
+    model, tokenizer, lines = translator_parts
+    translator = Translator(model, tokenizer, DecodingConfig(beam_size=1), workers=2,
+                            parallel="processes")  # fmt: skip
+    translator.translate(lines)
+    pids = set(translator._pool._processes)
+    del translator
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in pids)

@@ -19,13 +19,12 @@ between them, where processes do not (docs/benchmarks.md, "Against CTranslate2")
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import multiprocessing
 import os
-import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -127,20 +126,24 @@ def can_fork() -> bool:
 
 
 _FORKED: Translator | None = None  # in a forked worker process: the translator it runs
-_PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies
+_ORPHAN_CHECK_SECONDS = 0.5  # how often a worker checks that its parent is alive
 
 
 def _start_worker(translator: Translator, parent: int) -> None:
     """A forked worker's setup: one operator thread (GNU OpenMP, torch's on Linux, can hang
-    in a forked child that opens a multi-thread region), killed with its parent (a killed
-    `attnkit translate` leaves no worker behind), and the translator it runs."""
+    in a forked child that opens a multi-thread region), the translator it runs, and a watch
+    that ends it when its parent process is gone (a killed `attnkit translate` leaves no
+    worker behind; prctl's parent-death signal would follow the forking thread instead)."""
     global _FORKED
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(1)
     torch.set_num_threads(1)
     _FORKED = translator
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_ORPHAN_CHECK_SECONDS)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="attnkit-orphan-watch", daemon=True).start()
 
 
 def _translate_part(sources: list[list[int]]) -> list[list[int]]:
@@ -174,7 +177,10 @@ class Translator:
             unchanged, keyed on storage and version counter as the packed weights of
             :mod:`attnkit.generation.packed` are (writes that do not bump the counter, as a
             fused optimizer step, need :meth:`close`), and stop with :meth:`close`, the
-            Translator, or the program (a killed one included). Faster than threads (no
+            Translator, or the program (a killed one included); meanwhile they keep the
+            weights' pages as they were forked (an in-place change in this process copies
+            them). Other state (a module swapped for one without weights, hooks) is not
+            seen either: call :meth:`close`. Faster than threads (no
             interpreter lock between the workers), for programs such as ``attnkit translate``;
             forking is unsafe where other threads hold locks (a server). The translations are
             the ones ``"threads"`` gives.
@@ -211,6 +217,7 @@ class Translator:
         self._siblings = 1  # processes decoding at once, this one included (share the memory)
         self._pool: ProcessPoolExecutor | None = None  # parallel="processes": the workers
         self._pool_key: tuple | None = None  # what they were forked with (_state_key)
+        self._pool_pid = os.getpid()  # the process the pool and its lock belong to
         self._pool_lock = threading.Lock()
 
     @property
@@ -299,10 +306,12 @@ class Translator:
         order = sorted(range(len(sources)), key=lambda i: (len(sources[i]), i))
         parts = [order[k :: self.workers] for k in range(min(self.workers, len(sources)))]
         shares = [[sources[i] for i in part] for part in parts]
+        if self._pool_pid != os.getpid():  # this Translator was forked: the pool is not ours
+            self._pool, self._pool_key, self._pool_pid = None, None, os.getpid()
+            self._pool_lock = threading.Lock()
         with self._pool_lock:
-            pool = self._worker_pool()
             try:
-                results = list(pool.map(_translate_part, shares))
+                results = list(self._worker_pool().map(_translate_part, shares))
             except BrokenProcessPool:
                 self._close_pool()
                 raise RuntimeError(
@@ -331,7 +340,8 @@ class Translator:
         """The worker processes: those of the last call if :meth:`_state_key` is unchanged, else
         new ones (forked with the model's weights packed, which they inherit)."""
         key = self._state_key()
-        if self._pool is not None and self._pool_key == key:
+        broken = getattr(self._pool, "_broken", False)  # a worker died while idle
+        if self._pool is not None and self._pool_key == key and not broken:
             return self._pool
         self._close_pool()
         single = Translator(self.model, self.tokenizer, self.config, batch_tokens=self.batch_tokens)
@@ -342,9 +352,9 @@ class Translator:
             initializer=_start_worker,
             initargs=(single, os.getpid()),
         )
+        self._pool, self._pool_key = pool, key
         with packed_linears(self.model):
             pool.submit(int).result()  # the first task forks every worker, inside the block
-        self._pool, self._pool_key = pool, key
         return pool
 
     def _close_pool(self) -> None:

@@ -174,14 +174,14 @@ def run(args: argparse.Namespace) -> int:
     from attnkit.metrics import corpus_bleu
 
     src, refs, name = _test_set(args)
-    translator = build_translator(args)
-    if translator.device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    result = translator.translate(src)
-    if translator.device.type == "cuda":
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
+    with build_translator(args) as translator:  # stops its worker processes when done
+        if translator.device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        result = translator.translate(src)
+        if translator.device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
     warn_truncated(result, NAME)
     bleu = corpus_bleu(result.translations, [refs], tokenize="13a")
     speed = len(src) / seconds if seconds > 0 else float("inf")

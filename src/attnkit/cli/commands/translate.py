@@ -240,8 +240,8 @@ def run(args: argparse.Namespace) -> int:
     if args.output != "-":
         check_output_path(args.output, "--output")
     lines = read_lines(args.input)
-    translator = build_translator(args)
-    result = translator.translate(lines)
+    with build_translator(args) as translator:  # stops its worker processes when done
+        result = translator.translate(lines)
     warn_truncated(result, NAME)
     # A generated newline would break the line-for-line correspondence.
     text = "".join(t.replace("\r", " ").replace("\n", " ") + "\n" for t in result.translations)
