@@ -15,6 +15,11 @@ from attnkit.decoding.translate import PARALLEL, can_fork
 from attnkit.models import Transformer
 from tests.helpers.decoding import tiny_config
 
+# parallel="processes" exists only where workers can be forked (Linux); elsewhere Translator
+# takes threads, which test_workers_translate_as_one_batch_at_a_time checks. On Linux, CI's
+# platform, these tests always run: test_linux_can_fork_worker_processes fails otherwise.
+needs_fork = pytest.mark.skipif(not can_fork(), reason="forked worker processes need Linux")
+
 
 @pytest.mark.parametrize("budget", [1, 10, 25, 1000])
 def test_token_batches_cover_everything_within_budget(budget):
@@ -173,7 +178,7 @@ def test_workers_translate_as_one_batch_at_a_time(translator_parts, workers, par
     assert torch.get_num_threads() == threads
 
 
-@pytest.mark.skipif(not can_fork(), reason="forked workers need Linux's fork")
+@needs_fork
 def test_processes_decode_in_other_processes_and_errors_come_back(translator_parts, monkeypatch):
     """With parallel="processes" the decoding runs in forked workers (their pid is not this
     one's), a worker's exception reaches the caller, and a worker that dies is named."""
@@ -270,7 +275,7 @@ Translator(model, tokenizer, DecodingConfig(beam_size=1), workers=2, parallel="p
 """
 
 
-@pytest.mark.skipif(not can_fork(), reason="forked workers need Linux's fork")
+@needs_fork
 def test_workers_die_with_a_killed_parent(tmp_path):
     """`attnkit translate` killed mid-file (SIGKILL: no clean-up runs) leaves no worker process
     behind: each asks Linux for SIGKILL when its parent dies."""
@@ -303,7 +308,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.skipif(not can_fork(), reason="forked workers need Linux's fork")
+@needs_fork
 def test_worker_processes_are_kept_until_the_weights_change_or_close(translator_parts):
     """The workers forked at the first call serve the next calls; a change to the weights
     (seen by the version counter, as packed weights see it) forks new ones with the new
@@ -325,7 +330,7 @@ def test_worker_processes_are_kept_until_the_weights_change_or_close(translator_
     assert translator._pool is None and not any(_alive(pid) for pid in pids)
 
 
-@pytest.mark.skipif(not can_fork(), reason="forked workers need Linux's fork")
+@needs_fork
 def test_worker_processes_outlive_the_thread_that_forked_them(translator_parts):
     """A translator first called from a thread that then ends (a server's request thread)
     keeps its workers: they watch their parent process, not the forking thread."""
@@ -345,7 +350,7 @@ def test_worker_processes_outlive_the_thread_that_forked_them(translator_parts):
         assert set(translator._pool._processes) == pids
 
 
-@pytest.mark.skipif(not can_fork(), reason="forked workers need Linux's fork")
+@needs_fork
 def test_a_worker_killed_while_idle_is_replaced_at_the_next_call(translator_parts):
     import signal
 
@@ -363,7 +368,7 @@ def test_a_worker_killed_while_idle_is_replaced_at_the_next_call(translator_part
         assert victim not in translator._pool._processes
 
 
-@pytest.mark.skipif(not can_fork(), reason="forked workers need Linux's fork")
+@needs_fork
 def test_worker_processes_end_with_the_translator(translator_parts):
     import gc
 
@@ -378,3 +383,10 @@ def test_worker_processes_end_with_the_translator(translator_parts):
     while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
         time.sleep(0.05)
     assert not any(_alive(pid) for pid in pids)
+
+
+def test_linux_can_fork_worker_processes():
+    """The worker-process tests are skipped only off Linux, never silently on it."""
+    import sys
+
+    assert can_fork() == sys.platform.startswith("linux")

@@ -308,7 +308,7 @@ def export_ctranslate2(
 
     from attnkit import model_folder as mf
     from attnkit.decoding import load_translation_model, model_decoding, resolve_model_dir
-    from attnkit.decoding.loading import read_model_config
+    from attnkit.decoding.loading import load_tokenizer, read_model_config
     from attnkit.export.folder import (
         EXPORT_FORMAT,
         RECORD_FILE,
@@ -323,13 +323,13 @@ def export_ctranslate2(
     folder = resolve_model_dir(model_dir)
     model_config = read_model_config(folder)
     check_config(model_config)  # a translation folder, and expressible
-    search = model_decoding(folder)
-    if search.lenpen_style != "fairseq":
-        raise ValueError(
-            f'{folder / mf.CONFIG_FILE}: "decoding": lenpen_style={search.lenpen_style!r}: '
-            "CTranslate2's only length penalty is score / length ** alpha "
-            "(lenpen_style='fairseq')"
+    tokenizer = load_tokenizer(folder)
+    try:  # the model's search (its config.json's "decoding", as `attnkit translate` uses it)
+        options = translate_options(
+            model_decoding(folder).with_ids(tokenizer), tokenizer, max_len=model_config.max_len
         )
+    except ValueError as err:
+        raise ValueError(f'{folder / mf.CONFIG_FILE}: "decoding": {err}') from None
     check_export_target(out, source=folder)
     model, tokenizer, folder = load_translation_model(folder, dtype=torch.float32)
     spec = build_spec(model, tokenizer)
@@ -342,11 +342,7 @@ def export_ctranslate2(
         "quantization": quantization,
         "ctranslate2_version": ct2.__version__,
         "model": model.config.to_dict(),
-        # the model's default search (its config.json's "decoding", as `attnkit translate`
-        # uses it), for ctranslate2.Translator.translate_batch(**...)
-        "translate_batch": translate_options(
-            search.with_ids(tokenizer), tokenizer, max_len=model_config.max_len
-        ),
+        "translate_batch": options,  # for ctranslate2.Translator.translate_batch(**...)
     }
     with atomic_export_folder(out) as tmp:
         spec.save(os.fspath(tmp))

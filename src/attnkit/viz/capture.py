@@ -202,8 +202,8 @@ def capture_translation(
     """Encoder, decoder self- and cross-attention of a translation model on one sentence.
 
     Without ``tgt_text`` the sentence is translated first with ``search`` (as ``attnkit
-    translate`` does when ``search`` is the model folder's settings); then one teacher-forced pass over the target with
-    ``return_weights=True`` gives every weight.
+    translate`` does when ``search`` is the model folder's settings); then one teacher-forced
+    pass over the target with ``return_weights=True`` gives every weight.
 
     Args:
         model: a :class:`~attnkit.models.Transformer`.

@@ -114,15 +114,16 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--workers", type=integer(1, 256), default=None, metavar="N",
-        help="on a CPU, batches decoded at once, each by its own worker (see --parallel) with "
-        "threads/N operator threads (default: one per thread, which translates test2016 about "
-        "1.4x faster than one batch across 2 threads); 1 = one batch at a time",
+        help="on a CPU, batches decoded at once, each by its own worker (see --parallel) "
+        "(default: one per thread, which translates test2016 about 1.4x faster than one batch "
+        "across 2 threads); 1 = one batch at a time",
     )  # fmt: skip
     parser.add_argument(
         "--parallel", choices=PARALLEL, default="processes",
-        help="what the --workers are: processes (default; forked for the run, sharing the "
-        "model's memory; about 1.2x the sentences/s of threads on test2016; Linux, elsewhere "
-        "threads) or threads of this process. The translations are the same",
+        help="what the --workers are: processes (default; forked once, one operator thread "
+        "each, sharing the model's memory; about 1.17x the sentences/s of threads on test2016; "
+        "Linux, elsewhere threads) or threads of this process (threads/N operator threads "
+        "each). The translations are the same",
     )  # fmt: skip
     parser.add_argument(
         "--dtype",
@@ -150,20 +151,15 @@ SEARCH_FLAGS = {field: "--" + dest.replace("_", "-") for field, dest in SEARCH_D
 SEARCH_FLAGS["n_best"] = "--beam"  # n_best <= beam_size: the beam is the flag to change
 
 
-def decoding_config(args: argparse.Namespace, defaults=None):
-    """The :class:`DecodingConfig` of ``args``: the flags given over ``defaults`` (a model's
-    :func:`~attnkit.decoding.model_decoding`; None = DecodingConfig's defaults). Its errors
-    name the flag, not the field."""
+def decoding_config(args: argparse.Namespace, defaults):
+    """The :class:`DecodingConfig` of ``args``: the flags given over ``defaults`` (the model's
+    :func:`~attnkit.decoding.model_decoding`). Its errors name the flag, not the field."""
     from dataclasses import replace
-
-    from attnkit.decoding import DecodingConfig
 
     given = {field: getattr(args, dest) for field, dest in SEARCH_DESTS.items()}
     given = {field: value for field, value in given.items() if value is not None}
     try:
-        return replace(
-            DecodingConfig() if defaults is None else defaults, **given, use_cache=args.use_cache
-        )
+        return replace(defaults, **given, use_cache=args.use_cache)
     except ValueError as err:
         message = str(err)
         for field, flag in SEARCH_FLAGS.items():
