@@ -160,13 +160,14 @@ def _broadcast(*shapes) -> tuple[int, ...] | None:
     Plain Python on purpose: ``torch.broadcast_shapes`` imports sympy on its first call (about
     1.5 s per process), a cost every command would pay.
     """
-    ndim = max(len(s) for s in shapes)
-    result = []
-    for dims in zip(*((1,) * (ndim - len(s)) + tuple(s) for s in shapes), strict=True):
-        sizes = {d for d in dims if d != 1}
-        if len(sizes) > 1:
-            return None
-        result.append(sizes.pop() if sizes else 1)
+    ndim = max(map(len, shapes))
+    result = [1] * ndim
+    for shape in shapes:
+        for i, d in enumerate(shape, ndim - len(shape)):  # aligned to the last dim
+            if d != 1:
+                if result[i] not in (1, d):
+                    return None
+                result[i] = d
     return tuple(result)
 
 
@@ -367,11 +368,11 @@ def _prepare_mask(
 
     is_bool = mask.dtype == torch.bool
     allowed = mask if is_bool else mask != float("-inf")
-    empty = ~allowed.any(dim=-1, keepdim=True)  # (..., T_q, 1)
-    if bool(empty.any()):
+    seen = allowed.any(dim=-1, keepdim=True)  # (..., T_q, 1): rows with an allowed key
+    empty = None
+    if not bool(seen.all()):
+        empty = ~seen
         mask = mask.masked_fill(empty, True if is_bool else 0.0)
-    else:
-        empty = None
     if backend == SHORT and is_bool:
         additive = torch.zeros(mask.shape, dtype=dtype, device=device)
         mask = additive.masked_fill(~mask, float("-inf"))
@@ -476,25 +477,21 @@ def _fused(
     of G queries (no causal rule or window reaches inside it: they are the same position), which
     runs torch's kernel 2-10x faster than ``enable_gqa`` on a CPU at decoding shapes.
     """
-    if (
-        query.dtype in (torch.bfloat16, torch.float16)
+    mask = prepared.mask
+    dtype = query.dtype
+    # One query per row in half precision without autograd (a decoding step): torch's CPU
+    # kernel is 2-4x slower in bf16 than in float32 there, more than the cast of the keys and
+    # values costs (docs/benchmarks.md, "Text generation"); the result is rounded once.
+    widen = (
+        dtype in (torch.bfloat16, torch.float16)
         and query.device.type == "cpu"
         and query.shape[-2] == 1
         and not (torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)))
-    ):
-        # One query per row in half precision without autograd (a decoding step): torch's CPU
-        # kernel is 2-4x slower in bf16 than in float32 there, more than the cast of the keys
-        # and values costs (docs/benchmarks.md, "Text generation").
-        mask = prepared.mask
+    )
+    if widen:
+        query, key, value = query.float(), key.float(), value.float()
         if mask is not None and mask.dtype != torch.bool:
             mask = mask.float()
-        wide = _PreparedMask(mask, prepared.causal, prepared.empty)
-        out = _fused(
-            query.float(), key.float(), value.float(), wide,
-            dropout=dropout, scale=scale, groups=groups,
-        )  # fmt: skip
-        return out.to(query.dtype)
-    mask = prepared.mask
     if groups > 1 and query.shape[-2] == 1 and not prepared.causal:
         *lead, heads, _, d_k = query.shape
         kv_heads = heads // groups
@@ -504,17 +501,19 @@ def _fused(
         out = F.scaled_dot_product_attention(
             folded, key, value, attn_mask=mask, dropout_p=dropout, scale=scale
         )  # (..., H_kv, G, d_v)
-        return out.reshape(*lead, heads, 1, out.shape[-1])  # (..., H, 1, d_v)
-    return F.scaled_dot_product_attention(
-        query,
-        key,
-        value,
-        attn_mask=mask,
-        dropout_p=dropout,
-        is_causal=prepared.causal,
-        scale=scale,
-        enable_gqa=groups > 1,
-    )  # (..., H, T_q, d_v)
+        out = out.reshape(*lead, heads, 1, out.shape[-1])  # (..., H, 1, d_v)
+    else:
+        out = F.scaled_dot_product_attention(
+            query,
+            key,
+            value,
+            attn_mask=mask,
+            dropout_p=dropout,
+            is_causal=prepared.causal,
+            scale=scale,
+            enable_gqa=groups > 1,
+        )  # (..., H, T_q, d_v)
+    return out.to(dtype) if widen else out
 
 
 def _attention_readable(
