@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnkit.attention import (
+    _broadcast,
     causal_mask,
     lengths_to_mask,
     padding_mask,
@@ -1090,3 +1091,17 @@ def test_heads_that_do_not_group_are_refused():
     q, k, v = torch.randn(2, 6, 3, 4), torch.randn(2, 4, 5, 4), torch.randn(2, 4, 5, 4)
     with pytest.raises(ValueError, match=r"do not broadcast.*multiple of the key/value heads"):
         scaled_dot_product_attention(q, k, v)
+
+
+_SIZES = st.sampled_from([0, 1, 2, 3])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_SIZES, max_size=4).map(tuple), min_size=1, max_size=3))
+def test_shape_broadcast_check_agrees_with_torch(shapes):
+    # The plain-Python broadcast of the input checks against torch's own rule.
+    try:
+        expected = tuple(torch.broadcast_shapes(*shapes))
+    except RuntimeError:
+        expected = None
+    assert _broadcast(*shapes) == expected
