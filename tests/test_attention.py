@@ -10,9 +10,11 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attnkit import attention
 from attnkit.attention import (
     _broadcast,
     causal_mask,
@@ -662,11 +664,14 @@ def test_short_kernel_takes_training_in_any_dtype_and_with_dropout(monkeypatch, 
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("amx", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("causal, t_q", [(True, 1), (False, 5), (True, 7)])
-def test_short_kernel_serves_half_precision_inference(monkeypatch, dtype, causal, t_q):
+def test_short_kernel_serves_half_precision_inference(monkeypatch, dtype, causal, t_q, amx):
     """Without autograd, bf16/fp16 at short keys (a decoder step, cross-attention of a beam,
-    an encoder) take the short kernel, and give the float64 reference's values."""
+    an encoder) take the short kernel and give the float64 reference's values; a single query
+    per row (a decoder step) goes to torch's fused kernel instead where that kernel has AMX."""
+    monkeypatch.setattr(attention, "cpu_attention_has_amx", lambda: amx)
     g = torch.Generator().manual_seed(4)
     t_k = 7
     q, k, v = (torch.randn(3, 4, t, 8, generator=g, dtype=torch.float64) for t in (t_q, t_k, t_k))
@@ -675,16 +680,19 @@ def test_short_kernel_serves_half_precision_inference(monkeypatch, dtype, causal
     calls = _count_short_kernel(monkeypatch)
     with torch.inference_mode():
         got = scaled_dot_product_attention(*(t.to(dtype) for t in (q, k, v)), mask, causal=causal)
-    assert len(calls) == 1 and got.dtype == dtype
+    assert len(calls) == (0 if amx and t_q == 1 else 1) and got.dtype == dtype
     want = _torch_reference(*(t.to(dtype).double() for t in (q, k, v)), mask, causal)
     torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("amx", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("kv_heads", [4, 2])
-def test_half_precision_decoding_step_is_computed_in_float32(dtype, kv_heads):
-    """One query per row, long keys, no autograd (a GPT decoding step): the fused path runs
-    in float32 and rounds once at the end, so it equals the float32 result cast back."""
+def test_half_precision_decoding_step(monkeypatch, dtype, kv_heads, amx):
+    """One query per row, long keys, no autograd (a GPT decoding step). Without AMX the fused
+    path runs in float32 and rounds once at the end, so it equals the float32 result cast
+    back; with AMX torch's kernel runs in the inputs' dtype (as torch's own call on them)."""
+    monkeypatch.setattr(attention, "cpu_attention_has_amx", lambda: amx)
     g = torch.Generator().manual_seed(5)
     q = torch.randn(3, 4, 1, 16, generator=g).to(dtype)
     k, v = (torch.randn(3, kv_heads, SHORT_KEYS_MAX + 20, 16, generator=g).to(dtype) for _ in "kv")
@@ -693,7 +701,41 @@ def test_half_precision_decoding_step_is_computed_in_float32(dtype, kv_heads):
         got = scaled_dot_product_attention(q, k, v, mask, causal=True)
         want = scaled_dot_product_attention(q.float(), k.float(), v.float(), mask, causal=True)
     assert got.dtype == dtype
-    torch.testing.assert_close(got, want.to(dtype), rtol=0, atol=0)
+    if not amx:
+        torch.testing.assert_close(got, want.to(dtype), rtol=0, atol=0)
+        return
+    group = 4 // kv_heads
+    torch_own = F.scaled_dot_product_attention(
+        q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), attn_mask=mask
+    )
+    tol = 1e-2 if dtype == torch.bfloat16 else 2e-3
+    torch.testing.assert_close(got, torch_own, rtol=tol, atol=tol)
+    torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
+
+
+def test_a_row_whose_sum_cancels_is_trusted_but_a_row_of_zeros_is_checked(monkeypatch):
+    """The fused path's result check (a row of zeros may be torch's kernel hiding NaN scores)
+    must not send a result to the readable path only because a row's values cancel to a sum
+    of exactly 0 (in bf16 about one beam-search call in eight did)."""
+    readable = []
+    original = attention._attention_readable
+
+    def counting(*args):
+        readable.append(args[0].shape)
+        return original(*args)
+
+    monkeypatch.setattr(attention, "_attention_readable", counting)
+    g = torch.Generator().manual_seed(6)
+    q, k = (torch.randn(2, 3, 4, 8, generator=g) for _ in "qk")
+    v = torch.randn(2, 3, 4, 2, generator=g)
+    v[..., 1] = -v[..., 0]  # every output row is (a, -a): its sum is exactly 0, a is not
+    with torch.no_grad():
+        out = scaled_dot_product_attention(q, k, v)
+    assert readable == [] and bool((out.sum(-1) == 0).all())
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
+    with torch.no_grad():
+        out = scaled_dot_product_attention(q, k, torch.zeros_like(v))  # rows of zeros
+    assert len(readable) == 1 and bool((out == 0).all())
 
 
 def test_short_kernel_leaves_float32_inference_and_grouped_heads_to_torch(monkeypatch):

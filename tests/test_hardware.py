@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnkit.hardware import cpu_has_fast_bf16, fast_inference_dtype
+from attnkit.hardware import cpu_attention_has_amx, cpu_has_fast_bf16, fast_inference_dtype
 
 
 @pytest.mark.parametrize(
@@ -23,6 +23,7 @@ def test_cpu_rule(capability, amx, fast, monkeypatch):
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
     assert cpu_has_fast_bf16() is fast
     assert fast_inference_dtype("cpu") == (torch.bfloat16 if fast else torch.float32)
+    assert cpu_attention_has_amx() is amx  # AMX alone decides the attention kernel's path
     assert fast_inference_dtype(torch.device("cpu")) == fast_inference_dtype("cpu")
 
 

@@ -57,6 +57,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.attention_short import SHORT_KEYS_MAX, ShortAttention
+from attnkit.hardware import cpu_attention_has_amx
 
 __all__ = [
     "scaled_dot_product_attention",
@@ -296,7 +297,9 @@ def _select_backend(
         return FUSED
     recording = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
     half = query.dtype in (torch.bfloat16, torch.float16)
-    if recording or (half and dropout == 0.0):
+    if recording:
+        return SHORT
+    if half and dropout == 0.0 and not (query.shape[-2] == 1 and cpu_attention_has_amx()):
         return SHORT
     return FUSED
 
@@ -306,8 +309,11 @@ def _fast_result_trusted(out: Tensor, backend: str) -> bool:
 
     Finite inputs always pass. NaN or inf inputs reach the output as NaN or inf, except in
     torch's fused CPU kernel, which gives a row whose scores are all NaN the zeros of a fully
-    masked row: there a row summing to exactly 0 fails too (a real one only costs a second,
-    readable pass). A few reductions over the output, which has one row per query.
+    masked row: there a row of zeros fails too (a real one only costs a second, readable
+    pass). A few reductions over the output, which has one row per query: the row sums first,
+    and only when one of them is exactly 0 (which also happens by chance, half-precision
+    values cancelling: about one call in eight of a bf16 beam search) each row's largest
+    magnitude, to tell a row of zeros from a sum that cancels.
     """
     out = out.detach()
     if out.numel() == 0:
@@ -317,7 +323,11 @@ def _fast_result_trusted(out: Tensor, backend: str) -> bool:
         return math.isfinite(float(out.sum(dtype=wide)))
     rows = out.sum(dim=-1, dtype=wide)  # (..., T_q)
     # Finite only if every row sum is finite and none is 0 (1/0 = inf).
-    return math.isfinite(float((rows + rows.reciprocal()).sum()))
+    if math.isfinite(float((rows + rows.reciprocal()).sum())):
+        return True
+    if not math.isfinite(float(rows.sum())):  # NaN or inf reached a row
+        return False
+    return not bool((out.abs().amax(dim=-1) == 0).any())  # no row of zeros
 
 
 class _PreparedMask(NamedTuple):
@@ -486,6 +496,7 @@ def _fused(
         dtype in (torch.bfloat16, torch.float16)
         and query.device.type == "cpu"
         and query.shape[-2] == 1
+        and not cpu_attention_has_amx()
         and not (torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)))
     )
     if widen:

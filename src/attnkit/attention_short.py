@@ -58,8 +58,8 @@ class ShortAttention(torch.autograd.Function):
         k = key.reshape(n, k_len, key.shape[-1])  # (N, T_k, d_k)
         v = value.reshape(n, k_len, v_dim)  # (N, T_k, d_v)
         scores = torch.bmm(q, k.transpose(1, 2))  # (N, T_q, T_k)
-        if query.dtype in HALF and any(ctx.needs_input_grad[:3]):
-            scores = scores.float()  # training: softmax and its gradient in float32
+        if query.dtype in HALF:
+            scores = scores.float()  # softmax (and its gradient) in float32
         scores.mul_(scale)
         if bias is not None:
             scores.view(*batch, q_len, k_len).add_(bias)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["cpu_has_fast_bf16", "fast_inference_dtype"]
+__all__ = ["cpu_attention_has_amx", "cpu_has_fast_bf16", "fast_inference_dtype"]
 
 
 def cpu_has_fast_bf16() -> bool:
@@ -20,6 +20,21 @@ def cpu_has_fast_bf16() -> bool:
     capability = torch.backends.cpu.get_cpu_capability()
     amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
     return capability.startswith("AVX512") or bool(amx)
+
+
+def cpu_attention_has_amx() -> bool:
+    """True when torch's fused CPU attention kernel runs half precision on AMX tiles.
+
+    Its flash-attention kernel packs bf16/fp16 blocks for oneDNN's brgemm only where the CPU
+    has AMX (``at::native::cpublas::could_pack``); elsewhere it computes half precision in
+    plain vector code. The two differ by far at a decoding step (one query per row), measured
+    in one process on each machine (docs/benchmarks.md, "Text generation"): with AMX (Intel
+    Xeon) the bf16 kernel is 1.3-5x faster than widening the inputs to float32 first, and
+    2.1-2.4x faster than three matmuls over a cache slice; without it (AMD EPYC with
+    avx512_bf16) the bf16 kernel is 2-4x slower than float32. ``attnkit.attention`` picks its
+    path for half-precision decoding steps by this.
+    """
+    return bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
 
 
 def fast_inference_dtype(device: torch.device | str) -> torch.dtype:

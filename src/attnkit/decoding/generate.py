@@ -47,7 +47,7 @@ from attnkit.decoding.memory_bound import (
     decoding_memory,
 )
 from attnkit.decoding.search import BeamSearch
-from attnkit.decoding.state import DecoderState, decode_one_token, prefill
+from attnkit.decoding.state import DecoderState, decode_one_token, lprob_slices, prefill
 
 __all__ = [
     "DEFAULT_BOS_ID",
@@ -142,6 +142,7 @@ def _check_inputs(model, src: Tensor, config: DecodingConfig) -> None:
 # --------------------------------------------------------------------------- searches
 
 
+@torch.inference_mode()
 def greedy_search(model, src: Tensor, config: DecodingConfig) -> list[list[Hypothesis]]:
     """Pick the most probable token at every step (the same result as a beam of 1).
 
@@ -171,8 +172,13 @@ def greedy_search(model, src: Tensor, config: DecodingConfig) -> list[list[Hypot
     results: list[list[Hypothesis]] = [[] for _ in sent]
     for step in range(max_steps + 1):
         row_max = limits if step in limit_steps else None
-        lprobs = _constrain(decode_one_token(model, state, step), step, row_max, config, pad)
-        best, token = lprobs.max(dim=-1)  # (n,) each
+        n = state.tokens.shape[0]
+        best = torch.empty(n, dtype=torch.float32, device=src.device)  # (n,)
+        token = torch.empty(n, dtype=torch.long, device=src.device)  # (n,)
+        for rows, lprobs in lprob_slices(model, state, step):  # (rows, V) each, in cache
+            row_limit = None if row_max is None else row_max[rows]
+            lprobs = _constrain(lprobs, step, row_limit, config, pad)
+            torch.max(lprobs, dim=-1, out=(best[rows], token[rows]))
         log_prob = log_prob + best
         if step < max_steps:
             state.tokens[:, step + 1] = token
@@ -194,6 +200,7 @@ def greedy_search(model, src: Tensor, config: DecodingConfig) -> list[list[Hypot
     return results
 
 
+@torch.inference_mode()
 def beam_search(model, src: Tensor, config: DecodingConfig) -> list[list[Hypothesis]]:
     """fairseq-style beam search (module docstring), batched over sentences.
 
@@ -208,6 +215,7 @@ def beam_search(model, src: Tensor, config: DecodingConfig) -> list[list[Hypothe
     _check_inputs(model, src, config)
     k, pad, eos = config.beam_size, model.config.pad_id, config.eos
     search, penalty = BeamSearch(k), config.length_penalty
+    per_beam = search.per_beam(model.config.tgt_vocab_size)
     device = src.device
     limits = max_lengths(src, config, model.config.max_len, pad)  # (b,) for live sentences
     max_steps = int(limits.max())
@@ -221,11 +229,18 @@ def beam_search(model, src: Tensor, config: DecodingConfig) -> list[list[Hypothe
     scores = None  # (b, k) summed log-probs of the active hypotheses
     for step in range(max_steps + 1):
         b, group = len(sent), state.group  # group: 1 at step 0, then k
-        lprobs = decode_one_token(model, state, step)  # (b * group, V)
         row_max = limits.repeat_interleave(group) if step in limit_steps else None
-        lprobs = _constrain(lprobs, step, row_max, config, pad)
-        lprobs = lprobs.view(b, group, -1)  # (b, group, V)
-        cand_scores, cand_tokens, cand_beams = search.step(step, lprobs, scores)
+        # Each beam's best tokens, taken from every slice of log-probabilities while it is in
+        # cache (search.step's first stage), then ranked per sentence.
+        top_lprobs = torch.empty(b * group, per_beam, dtype=torch.float32, device=device)
+        top_tokens = torch.empty(b * group, per_beam, dtype=torch.long, device=device)
+        for rows, lprobs in lprob_slices(model, state, step):  # (rows, V) each
+            row_limit = None if row_max is None else row_max[rows]
+            lprobs = _constrain(lprobs, step, row_limit, config, pad)
+            torch.topk(lprobs, per_beam, dim=1, out=(top_lprobs[rows], top_tokens[rows]))
+        cand_scores, cand_tokens, cand_beams = search.combine(
+            step, top_lprobs.view(b, group, -1), top_tokens.view(b, group, -1), scores
+        )
         # (b, 2k) each; pad with impossible candidates if the vocabulary is tiny
         cand_scores, cand_tokens, cand_beams = _pad_candidates(
             cand_scores, cand_tokens, cand_beams, 2 * k

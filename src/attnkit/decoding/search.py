@@ -91,16 +91,43 @@ class BeamSearch:
             )
         if step == 0:
             lprobs = lprobs[:, :1, :]  # (B, 1, V)
-        elif scores is None or scores.shape != lprobs.shape[:2]:
-            got = None if scores is None else tuple(scores.shape)
-            raise ValueError(f"scores: expected shape {tuple(lprobs.shape[:2])}, got {got}")
-        b, beams, vocab = lprobs.shape
         # Two stages, same result: the best 2k of a sentence are among the best 2k tokens of
         # each of its beams (a beam adds one constant to all its tokens). Adding the scores
         # to (B, beam, 2k) instead of (B, beam, V) saves a pass over the vocabulary.
-        per_beam = min(2 * self.beam_size, vocab)
-        top_lprobs, top_tokens = torch.topk(lprobs, per_beam, dim=2)  # (B, beams, per_beam)
+        top_lprobs, top_tokens = torch.topk(lprobs, self.per_beam(lprobs.shape[2]), dim=2)
+        return self.combine(step, top_lprobs, top_tokens, scores)
+
+    def per_beam(self, vocab: int) -> int:
+        """How many of each beam's best tokens :meth:`combine` needs: ``min(2 x beam, V)``."""
+        return min(2 * self.beam_size, vocab)
+
+    def combine(
+        self, step: int, top_lprobs: Tensor, top_tokens: Tensor, scores: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The second stage of :meth:`step`, from each beam's best tokens.
+
+        Args:
+            step: as in :meth:`step`.
+            top_lprobs: (B, beams, per_beam) each beam's :meth:`per_beam` best
+                log-probabilities, sorted (``torch.topk``); beams is 1 at step 0.
+            top_tokens: (B, beams, per_beam) their tokens.
+            scores: as in :meth:`step`.
+
+        Returns:
+            As :meth:`step`.
+        """
+        if top_lprobs.dim() != 3 or top_tokens.shape != top_lprobs.shape:
+            raise ValueError(
+                f"top_lprobs, top_tokens: expected one shape (B, beams, per_beam), got "
+                f"{tuple(top_lprobs.shape)} and {tuple(top_tokens.shape)}"
+            )
+        if step == 0:  # every beam is the same bos: expand beam 0 only
+            top_lprobs, top_tokens = top_lprobs[:, :1], top_tokens[:, :1]
+        b, beams, per_beam = top_lprobs.shape
         if step > 0:
+            if scores is None or scores.shape != (b, beams):
+                got = None if scores is None else tuple(scores.shape)
+                raise ValueError(f"scores: expected shape {(b, beams)}, got {got}")
             top_lprobs = top_lprobs + scores.unsqueeze(-1)
         flat = top_lprobs.reshape(b, beams * per_beam)  # (B, beams * per_beam)
         k = min(2 * self.beam_size, flat.shape[1])
