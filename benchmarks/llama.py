@@ -109,7 +109,7 @@ def gqa_side(model: GPT, prompt: list[int], new_tokens: int, record: dict):
 
     def init_cache(*args, **kwargs):
         cache = allocate(*args, **kwargs)
-        record["cache_bytes"] = sum(c.k.nbytes + c.v.nbytes for c in cache.layers)
+        record["cache_bytes"] = sum(c.nbytes for c in cache.layers)
         return cache
 
     def run() -> list[list[int]]:

@@ -254,3 +254,47 @@ def test_reorder_of_a_ring_keeps_every_slot():
 def test_a_bad_window_is_refused(window):
     with pytest.raises(ValueError, match=r"KVCache: window must be an integer >= 1 or None"):
         KVCache(1, 1, 4, 2, window=window)
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_both_layouts_hold_the_same_keys_and_values(window):
+    """Head-major and position-major storage differ only in memory: every update, ring
+    write, get and reorder (a beam step with a spare buffer passed on, then a shrinking
+    batch) returns the same tensors."""
+    g = torch.Generator().manual_seed(3)
+    heads = KVCache(4, 2, 8, 3, window=window)
+    positions = KVCache(4, 2, 8, 3, window=window, layout="positions")
+    assert (heads.layout, positions.layout) == ("heads", "positions")
+    assert heads.nbytes == positions.nbytes == 2 * 4 * 2 * heads.capacity * 3 * 4
+    spare = None
+    for t, index in [(2, [3, 3, 0, 1]), (1, [1, 0, 2, 2]), (1, [0, 0, 1, 3]), (2, [2, 1])]:
+        k, v = (torch.randn(heads.k.shape[0], 2, t, 3, generator=g) for _ in "kv")
+        got_h, got_p = heads.update(k, v), positions.update(k, v)
+        for a, b in zip(got_h, got_p, strict=True):
+            assert torch.equal(a, b)
+        assert heads.select_keys(torch.arange(heads.length)).tolist() == (
+            positions.select_keys(torch.arange(positions.length)).tolist()
+        )
+        heads.reorder(torch.tensor(index))
+        spare = positions.reorder(torch.tensor(index), spare)
+        for a, b in zip(heads.get(), positions.get(), strict=True):
+            assert torch.equal(a, b)
+    assert heads.k.shape == positions.k.shape == (2, 2, heads.capacity, 3)
+
+
+def test_a_position_major_beam_step_reuses_its_buffers():
+    """After the first beam step the reorder allocates nothing: the keys go to the spare, the
+    values to the buffer the keys left, and the values' old buffer is handed back."""
+    cache = KVCache(3, 2, 6, 4, layout="positions")
+    cache.update(torch.randn(3, 2, 2, 4), torch.randn(3, 2, 2, 4))
+    spare = cache.reorder(torch.tensor([2, 0, 1]))
+    held = {cache.k.data_ptr(), cache.v.data_ptr(), spare.data_ptr()}
+    k_before = cache.k.clone()
+    spare = cache.reorder(torch.tensor([1, 1, 0]), spare)
+    assert {cache.k.data_ptr(), cache.v.data_ptr(), spare.data_ptr()} == held
+    assert torch.equal(cache.k[:, :, :2], k_before[[1, 1, 0], :, :2])
+
+
+def test_an_unknown_layout_is_refused():
+    with pytest.raises(ValueError, match=r"layout must be one of \('heads', 'positions'\)"):
+        KVCache(1, 1, 2, 2, layout="rows")

@@ -7,7 +7,7 @@ the searches in :mod:`attnkit.decoding.generate` are the third:
   sentence: every beam starts as the same bos, so the first step is computed once per
   sentence and the first beam step copies each row to its beams;
 * :func:`decode_one_token` runs the decoder on the newest token only, reading and extending the
-  per-layer self-attention :class:`~attnkit.modules.KVCache` (preallocated, reordered in place
+  per-layer self-attention :class:`~attnkit.modules.KVCache` (preallocated, reordered into a spare
   when beams are selected). Cross-attention keys/values are projected once per sentence on the
   first step and shared by its beams. With ``use_cache=False`` it recomputes the whole prefix
   with ``model.decode`` instead (the reference path, and the baseline of
@@ -48,6 +48,8 @@ class DecoderState:
         caches: per layer, the self-attention cache (N rows) and the cross-attention cache
             (B rows: filled on the first step, shared by the beams); None = recompute.
         lprobs: the buffer :func:`decode_one_token` and :func:`lprob_slices` write into.
+        spare: the buffer a beam step's :meth:`~attnkit.modules.KVCache.reorder` gathers the
+            next layer's keys into (one for all layers).
     """
 
     tokens: Tensor
@@ -55,6 +57,7 @@ class DecoderState:
     src_mask: Tensor
     caches: list[tuple[KVCache, KVCache]] | None
     lprobs: Tensor | None = None  # (rows, V) reused output of decode_one_token / lprob_slices
+    spare: Tensor | None = None  # the self-attention caches' spare buffer (KVCache.reorder)
 
     @property
     def group(self) -> int:
@@ -69,10 +72,12 @@ class DecoderState:
         if sentences is not None:
             self.memory = self.memory.index_select(0, sentences)
             self.src_mask = self.src_mask.index_select(0, sentences)
+        spare = self.spare
         for self_cache, cross_cache in self.caches or ():
-            self_cache.reorder(rows)
+            spare = self_cache.reorder(rows, spare)  # one spare buffer passed along the layers
             if sentences is not None:
                 cross_cache.reorder(sentences)
+        self.spare = spare
 
 
 def prefill(

@@ -112,11 +112,13 @@ class Decoder(nn.Module):
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
     ) -> list[tuple[KVCache, KVCache]]:
-        """One (self, cross) cache pair per layer, for ``max_len`` target positions."""
+        """One (self, cross) cache pair per layer, for ``max_len`` target positions; the
+        self-attention caches position-major, for the reorder of every beam step
+        (:class:`~attnkit.modules.KVCache`)."""
         kw = dict(dtype=dtype, device=device)
         return [
             (
-                layer.self_attn.init_cache(batch_size, max_len, **kw),
+                layer.self_attn.init_cache(batch_size, max_len, layout="positions", **kw),
                 layer.cross_attn.init_cache(batch_size, memory_len, **kw),
             )
             for layer in self.layers

@@ -105,9 +105,11 @@ class MultiHeadAttention(nn.Module):
         *,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
+        layout: str = "heads",
     ) -> KVCache:
         """An empty :class:`KVCache` for ``max_len`` positions of this layer's key/value heads
-        (at most ``window`` of them kept, with a sliding window)."""
+        (at most ``window`` of them kept, with a sliding window), stored in ``layout``
+        (:class:`KVCache`: ``"positions"`` for beam search, whose steps reorder it)."""
         return KVCache(
             batch_size,
             self.num_kv_heads,
@@ -116,6 +118,7 @@ class MultiHeadAttention(nn.Module):
             window=self.window,
             dtype=dtype,
             device=device,
+            layout=layout,
         )
 
     def _split_heads(self, x: Tensor, heads: int | None = None) -> Tensor:
