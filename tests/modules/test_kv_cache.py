@@ -283,8 +283,9 @@ def test_both_layouts_hold_the_same_keys_and_values(window):
 
 
 def test_a_position_major_beam_step_reuses_its_buffers():
-    """After the first beam step the reorder allocates nothing: the keys go to the spare, the
-    values to the buffer the keys left, and the values' old buffer is handed back."""
+    """After the first beam step the reorder allocates nothing, also when the batch shrinks:
+    the keys go to the spare's first rows, the values to the buffer the keys left, and the
+    values' old buffer is handed back whole."""
     cache = KVCache(3, 2, 6, 4, layout="positions")
     cache.update(torch.randn(3, 2, 2, 4), torch.randn(3, 2, 2, 4))
     spare = cache.reorder(torch.tensor([2, 0, 1]))
@@ -293,6 +294,11 @@ def test_a_position_major_beam_step_reuses_its_buffers():
     spare = cache.reorder(torch.tensor([1, 1, 0]), spare)
     assert {cache.k.data_ptr(), cache.v.data_ptr(), spare.data_ptr()} == held
     assert torch.equal(cache.k[:, :, :2], k_before[[1, 1, 0], :, :2])
+    k_before = cache.k.clone()
+    spare = cache.reorder(torch.tensor([2, 0]), spare)  # a sentence done: fewer rows
+    assert {cache.k.data_ptr(), cache.v.data_ptr(), spare.data_ptr()} == held
+    assert cache.k.shape == (2, 2, 6, 4) and spare.shape == (3, 6, 2, 4)
+    assert torch.equal(cache.k[:, :, :2], k_before[[2, 0], :, :2])
 
 
 def test_an_unknown_layout_is_refused():

@@ -165,35 +165,47 @@ class KVCache:
         return self.k.roll(-shift, dims=2), self.v.roll(-shift, dims=2)
 
     def reorder(self, index: Tensor, spare: Tensor | None = None) -> Tensor | None:
-        """Keep rows ``index`` (B',) of the batch, e.g. the beams selected at this step.
+        """Keep rows ``index`` (B',) of the batch: the hypotheses a beam step selects, or the
+        rows of the sentences still decoding. Only the filled positions are copied, so a step
+        costs O(length), not O(max_len).
 
-        With as many rows as before (a beam step) only the filled positions are gathered, so
-        the buffers keep their size and a step costs O(length), not O(max_len). Head-major, the
-        filled part is gathered and written back in place (returns None). Position-major, each
-        row's filled block is gathered into a spare buffer of the same shape that then becomes
-        the cache, with nothing written back: the buffer freed by the keys takes the values,
-        and the one freed by the values is returned for the next layer's reorder (``spare``),
-        so a decoder's layers pass one spare buffer along (None, or one of another shape: a
-        new one is made). A shrinking batch (finished sentences) gets new buffers (returns
-        None).
+        Head-major, a beam step (as many rows as before) gathers the filled part and writes
+        it back in place; a batch of another size gets new buffers. Position-major, each row's
+        filled block is gathered into the first B' rows of a spare buffer, which then holds
+        the cache, with nothing written back: the buffer the keys leave takes the values, and
+        the one the values leave is returned, for the next layer's reorder (``spare``), so a
+        decoder's layers pass one spare buffer along and, once it is large enough, a beam
+        search allocates nothing more (None or a smaller one: a new one is made). Returns the
+        spare buffer (None head-major).
         """
         n = min(self.length, self.capacity)
-        if index.shape[0] != self._k.shape[0]:
-            self._k = self._k.index_select(0, index)
-            self._v = self._v.index_select(0, index)
-            return None
+        rows = index.shape[0]
         if not self._by_position:
-            # The right side is gathered into a new tensor before the write: no aliasing.
-            self._k[:, :, :n] = self._k[:, :, :n].index_select(0, index)
-            self._v[:, :, :n] = self._v[:, :, :n].index_select(0, index)
-            return spare
-        if spare is None or spare.shape != self._k.shape or spare.dtype != self._k.dtype:
-            spare = torch.empty_like(self._k)
+            if rows == self._k.shape[0]:
+                # The right side is gathered into a new tensor before the write: no aliasing.
+                self._k[:, :, :n] = self._k[:, :, :n].index_select(0, index)
+                self._v[:, :, :n] = self._v[:, :, :n].index_select(0, index)
+                return None
+            for name in ("_k", "_v"):
+                old = getattr(self, name)
+                new = old.new_empty((rows, *old.shape[1:]))  # (B', H, T_max, hd)
+                torch.index_select(old[:, :, :n], 0, index, out=new[:, :, :n])
+                setattr(self, name, new)
+            return None
         for name in ("_k", "_v"):
             old = getattr(self, name)
-            torch.index_select(old[:, :n], 0, index, out=spare[:, :n])  # (B, n, H, hd)
-            setattr(self, name, spare)
-            spare = old
+            if (
+                spare is None
+                or spare.shape[1:] != old.shape[1:]
+                or spare.shape[0] < rows
+                or spare.dtype != old.dtype
+                or spare.device != old.device
+            ):
+                spare = old.new_empty((rows, *old.shape[1:]))  # (B', T_max, H, hd)
+            target = spare[:rows]  # (B', T_max, H, hd), contiguous
+            torch.index_select(old[:, :n], 0, index, out=target[:, :n])
+            setattr(self, name, target)
+            spare = old if old._base is None else old._base  # the whole buffer it lives in
         return spare
 
 
