@@ -166,5 +166,5 @@ def lprob_slices(
     for start in range(0, n, chunk):
         rows = slice(start, min(start + chunk, n))
         out = state.lprobs[rows] if keep else state.lprobs[: rows.stop - start]  # (rows, V)
-        torch.log_softmax(logits(rows).float(), dim=-1, out=out)
+        torch.log_softmax(logits(rows), dim=-1, dtype=torch.float32, out=out)  # cast inside
         yield rows, out
