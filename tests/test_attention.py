@@ -671,7 +671,7 @@ def test_short_kernel_serves_half_precision_inference(monkeypatch, dtype, causal
     """Without autograd, bf16/fp16 at short keys (a decoder step, cross-attention of a beam,
     an encoder) take the short kernel and give the float64 reference's values; a single query
     per row (a decoder step) goes to torch's fused kernel instead where that kernel has AMX."""
-    monkeypatch.setattr(attention, "cpu_attention_has_amx", lambda: amx)
+    monkeypatch.setattr(attention, "cpu_attention_has_amx", lambda dtype: amx)
     g = torch.Generator().manual_seed(4)
     t_k = 7
     q, k, v = (torch.randn(3, 4, t, 8, generator=g, dtype=torch.float64) for t in (t_q, t_k, t_k))
@@ -692,7 +692,7 @@ def test_half_precision_decoding_step(monkeypatch, dtype, kv_heads, amx):
     """One query per row, long keys, no autograd (a GPT decoding step). Without AMX the fused
     path runs in float32 and rounds once at the end, so it equals the float32 result cast
     back; with AMX torch's kernel runs in the inputs' dtype (as torch's own call on them)."""
-    monkeypatch.setattr(attention, "cpu_attention_has_amx", lambda: amx)
+    monkeypatch.setattr(attention, "cpu_attention_has_amx", lambda dtype: amx)
     g = torch.Generator().manual_seed(5)
     q = torch.randn(3, 4, 1, 16, generator=g).to(dtype)
     k, v = (torch.randn(3, kv_heads, SHORT_KEYS_MAX + 20, 16, generator=g).to(dtype) for _ in "kv")

@@ -23,7 +23,22 @@ def test_cpu_rule(capability, amx, fast, monkeypatch):
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
     assert cpu_has_fast_bf16() is fast
     assert fast_inference_dtype("cpu") == (torch.bfloat16 if fast else torch.float32)
-    assert cpu_attention_has_amx() is amx  # AMX alone decides the attention kernel's path
+    assert cpu_attention_has_amx(torch.bfloat16) is amx  # AMX alone decides the path
+
+
+@pytest.mark.parametrize(
+    "tiles, fp16, mkldnn",
+    [(True, False, True), (True, True, True), (False, False, True), (True, True, False)],
+)
+def test_attention_amx_rule(tiles, fp16, mkldnn, monkeypatch):
+    """torch's attention kernel uses AMX for bf16 with AMX-BF16 tiles, for fp16 only with
+    AMX-FP16, and for neither without oneDNN; float32 never."""
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: tiles, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_fp16_supported", lambda: fp16, raising=False)
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", mkldnn)
+    assert cpu_attention_has_amx(torch.bfloat16) is (tiles and mkldnn)
+    assert cpu_attention_has_amx(torch.float16) is (fp16 and mkldnn)
+    assert cpu_attention_has_amx(torch.float32) is False
     assert fast_inference_dtype(torch.device("cpu")) == fast_inference_dtype("cpu")
 
 

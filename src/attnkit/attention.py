@@ -280,7 +280,8 @@ def _select_backend(
        path with dropout) or, without autograd and without dropout, bfloat16 or float16
        (inference, where torch's fused CPU kernel is 1.3-3x slower than three matmuls at
        translation lengths; in float32 it is as fast; docs/benchmarks.md), except a single
-       query per row on a CPU with AMX (:func:`~attnkit.hardware.cpu_attention_has_amx`),
+       query per row on a CPU with AMX for its dtype
+       (:func:`~attnkit.hardware.cpu_attention_has_amx`),
        where torch's kernel runs half precision on AMX tiles, reads the cache slice in place
        and is 2.1-2.4x faster;
     3. ``fused`` otherwise.
@@ -302,7 +303,11 @@ def _select_backend(
     half = query.dtype in (torch.bfloat16, torch.float16)
     if recording:
         return SHORT
-    if half and dropout == 0.0 and not (query.shape[-2] == 1 and cpu_attention_has_amx()):
+    if (
+        half
+        and dropout == 0.0
+        and not (query.shape[-2] == 1 and cpu_attention_has_amx(query.dtype))
+    ):
         return SHORT
     return FUSED
 
@@ -500,7 +505,7 @@ def _fused(
         dtype in (torch.bfloat16, torch.float16)
         and query.device.type == "cpu"
         and query.shape[-2] == 1
-        and not cpu_attention_has_amx()
+        and not cpu_attention_has_amx(dtype)
         and not (torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)))
     )
     if widen:

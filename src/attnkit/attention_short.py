@@ -34,9 +34,8 @@ class ShortAttention(torch.autograd.Function):
         dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dP * P)) * scale,
         dQ = dS K,     dK = dS^T Q.
 
-    In bfloat16 or float16 with autograd (training under autocast) the matmuls run in that
-    dtype and the softmax and its backward in float32, as torch's fused kernel does; without
-    autograd (inference) the softmax stays in the input dtype. With ``dropout`` > 0 each weight
+    In bfloat16 or float16 the matmuls run in that dtype and the softmax (and, in training,
+    its backward) in float32, as torch's fused kernel does. With ``dropout`` > 0 each weight
     is dropped with that probability after the softmax and the kept ones are scaled, as
     ``torch.nn.functional.scaled_dot_product_attention`` does (the mask from
     :func:`attnkit.dropout.dropout_mask`).

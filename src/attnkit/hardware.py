@@ -5,7 +5,9 @@ torch dispatches with AVX-512 (``torch.backends.cpu.get_cpu_capability()`` start
 ``"AVX512"``; AMX CPUs report that too) or that have AMX tiles. Elsewhere, e.g. an AVX2-only
 CPU, they are emulated: a 1024x256x1024 product ran 30x slower in bf16 than in float32 on the
 AVX2 development machine (docs/benchmarks.md). Training's ``autocast = "auto"``
-(:mod:`attnkit.training.precision`) and translation's ``--dtype auto`` both ask here.
+(:mod:`attnkit.training.precision`) and translation's ``--dtype auto`` both ask here, and
+:mod:`attnkit.attention` asks :func:`cpu_attention_has_amx` which path a half-precision
+decoding step takes.
 """
 
 from __future__ import annotations
@@ -22,19 +24,28 @@ def cpu_has_fast_bf16() -> bool:
     return capability.startswith("AVX512") or bool(amx)
 
 
-def cpu_attention_has_amx() -> bool:
-    """True when torch's fused CPU attention kernel runs half precision on AMX tiles.
+def cpu_attention_has_amx(dtype: torch.dtype = torch.bfloat16) -> bool:
+    """True when torch's fused CPU attention kernel runs ``dtype`` on AMX tiles.
 
-    Its flash-attention kernel packs bf16/fp16 blocks for oneDNN's brgemm only where the CPU
-    has AMX (``at::native::cpublas::could_pack``); elsewhere it computes half precision in
-    plain vector code. The two differ by far at a decoding step (one query per row), measured
-    in one process on each machine (docs/benchmarks.md, "Text generation"): with AMX (Intel
-    Xeon) the bf16 kernel is 1.3-5x faster than widening the inputs to float32 first, and
-    2.1-2.4x faster than three matmuls over a cache slice; without it (AMD EPYC with
-    avx512_bf16) the bf16 kernel is 2-4x slower than float32. ``attnkit.attention`` picks its
-    path for half-precision decoding steps by this.
+    Its flash-attention kernel packs half-precision blocks for oneDNN's brgemm only where the
+    CPU has AMX for that dtype (``at::native::cpublas::could_pack``: AMX-BF16 tiles for
+    bfloat16, AMX-FP16, newer, for float16) and oneDNN is enabled; elsewhere it computes half
+    precision in plain vector code. The two differ by far at a decoding step (one query per
+    row), measured in one process on each machine (docs/benchmarks.md, "Text generation"):
+    with AMX (Intel Xeon) the bf16 kernel is 1.3-5x faster than widening the inputs to float32
+    first, and 2.1-2.4x faster than three matmuls over a cache slice; without it (AMD EPYC
+    with avx512_bf16) the bf16 kernel is 2-4x slower than float32. ``attnkit.attention`` picks
+    its path for half-precision decoding steps by this. (Capping oneDNN with
+    ``ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16`` on the Xeon left the bf16 kernel as fast, so the
+    rule reads the CPU, not that setting.)
     """
-    return bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
+    if not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
+        return False
+    if dtype == torch.bfloat16:
+        return bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
+    if dtype == torch.float16:
+        return bool(getattr(torch.cpu, "_is_amx_fp16_supported", lambda: False)())
+    return False
 
 
 def fast_inference_dtype(device: torch.device | str) -> torch.dtype:

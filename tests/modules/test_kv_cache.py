@@ -304,3 +304,21 @@ def test_a_position_major_beam_step_reuses_its_buffers():
 def test_an_unknown_layout_is_refused():
     with pytest.raises(ValueError, match=r"layout must be one of \('heads', 'positions'\)"):
         KVCache(1, 1, 2, 2, layout="rows")
+
+
+@pytest.mark.parametrize("layout", ["heads", "positions"])
+@pytest.mark.parametrize("rows", [[1, 0], [1]])
+def test_reorder_keeps_gradients(layout, rows):
+    """A cache filled under autograd (a model trained through its cache) reorders with the
+    gradient flowing back to the keys and values that filled it, in either layout, for a
+    beam step and for a shrinking batch."""
+    cache = KVCache(2, 1, 3, 2, layout=layout)
+    k = torch.randn(2, 1, 2, 2, requires_grad=True)
+    v = torch.randn(2, 1, 2, 2, requires_grad=True)
+    cache.update(k, v)
+    cache.reorder(torch.tensor(rows))
+    keys, values = cache.get()
+    (keys.sum() + 2 * values.sum()).backward()
+    counts = torch.bincount(torch.tensor(rows), minlength=2).float()  # uses of each old row
+    torch.testing.assert_close(k.grad, counts[:, None, None, None].expand_as(k))
+    torch.testing.assert_close(v.grad, 2 * counts[:, None, None, None].expand_as(v))

@@ -232,8 +232,8 @@ def beam_search(model, src: Tensor, config: DecodingConfig) -> list[list[Hypothe
         row_max = limits.repeat_interleave(group) if step in limit_steps else None
         # Each beam's best tokens, taken from every slice of log-probabilities while it is in
         # cache (search.step's first stage), then ranked per sentence.
-        top_lprobs = torch.empty(b * group, per_beam, dtype=torch.float32, device=device)
-        top_tokens = torch.empty(b * group, per_beam, dtype=torch.long, device=device)
+        top_lprobs = torch.empty(b * group, per_beam, dtype=torch.float32, device=device)  # (N, 2k)
+        top_tokens = torch.empty(b * group, per_beam, dtype=torch.long, device=device)  # (N, 2k)
         for rows, lprobs in lprob_slices(model, state, step):  # (rows, V) each
             row_limit = None if row_max is None else row_max[rows]
             lprobs = _constrain(lprobs, step, row_limit, config, pad)

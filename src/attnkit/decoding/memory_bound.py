@@ -26,10 +26,12 @@ def decoding_memory(
     """Bytes that decoding ``sentences`` sentences at once allocates, estimated from the sizes.
 
     Counted: the self-attention caches (``sentences x beam`` rows of ``num_positions``
-    keys and values per decoder layer), the cross-attention caches, the (rows, V) float32
-    log-probabilities, the token buffer and, without the cache, the (rows, positions, V)
-    logits of a full recomputation. One more self-attention buffer is counted for the copy
-    a beam reorder makes. Activations of a single step are small next to these.
+    keys and values per decoder layer), the cross-attention caches, a (rows, V) float32
+    table of log-probabilities (an upper bound: the searches reduce them a slice of about 8 MB
+    at a time, :func:`~attnkit.decoding.state.lprob_slices`), the token buffer and, without
+    the cache, the (rows, positions, V) logits of a full recomputation. One more
+    self-attention buffer is counted for the spare a beam reorder gathers into. Activations
+    of a single step are small next to these.
     """
     c = model.config
     rows = sentences * beam_size

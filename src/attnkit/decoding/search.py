@@ -95,7 +95,7 @@ class BeamSearch:
         # each of its beams (a beam adds one constant to all its tokens). Adding the scores
         # to (B, beam, 2k) instead of (B, beam, V) saves a pass over the vocabulary.
         top_lprobs, top_tokens = torch.topk(lprobs, self.per_beam(lprobs.shape[2]), dim=2)
-        return self.combine(step, top_lprobs, top_tokens, scores)
+        return self.combine(step, top_lprobs, top_tokens, scores)  # (B, beams, per_beam) each
 
     def per_beam(self, vocab: int) -> int:
         """How many of each beam's best tokens :meth:`combine` needs: ``min(2 x beam, V)``."""

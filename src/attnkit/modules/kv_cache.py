@@ -95,8 +95,9 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the key and value buffers."""
-        return self._k.nbytes + self._v.nbytes
+        """Bytes of the memory holding the keys and values (after a position-major reorder to
+        fewer rows, the whole spare buffer they were gathered into)."""
+        return self._k.untyped_storage().nbytes() + self._v.untyped_storage().nbytes()
 
     @property
     def max_len(self) -> int:
@@ -175,11 +176,17 @@ class KVCache:
         the cache, with nothing written back: the buffer the keys leave takes the values, and
         the one the values leave is returned, for the next layer's reorder (``spare``), so a
         decoder's layers pass one spare buffer along and, once it is large enough, a beam
-        search allocates nothing more (None or a smaller one: a new one is made). Returns the
-        spare buffer (None head-major).
+        search allocates nothing more (None or a smaller one: a new one is made). ``spare``
+        must be a buffer no cache holds (the one a reorder returned): it is written over
+        without a check. Returns the spare buffer (None head-major). Buffers that autograd
+        records (filled under gradients) are gathered whole into new ones instead.
         """
         n = min(self.length, self.capacity)
         rows = index.shape[0]
+        if torch.is_grad_enabled() and (self._k.requires_grad or self._v.requires_grad):
+            self._k = self._k.index_select(0, index)  # out= below would not record gradients
+            self._v = self._v.index_select(0, index)
+            return spare
         if not self._by_position:
             if rows == self._k.shape[0]:
                 # The right side is gathered into a new tensor before the write: no aliasing.
