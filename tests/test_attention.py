@@ -543,16 +543,22 @@ def test_key_mask_equals_attending_to_the_real_keys_only(return_weights):
 # ------------------------------------------------- short-sequence CPU training kernel
 
 
-def _count_short_kernel(monkeypatch):
+def _count_calls(monkeypatch, owner, name: str) -> list:
+    """Replace ``owner.name`` by a wrapper that records the shape of each call's first
+    argument; returns the list it appends to."""
     calls = []
-    original = ShortAttention.apply
+    original = getattr(owner, name)
 
     def counting(*args):
         calls.append(args[0].shape)
         return original(*args)
 
-    monkeypatch.setattr(ShortAttention, "apply", counting)
+    monkeypatch.setattr(owner, name, counting)
     return calls
+
+
+def _count_short_kernel(monkeypatch):
+    return _count_calls(monkeypatch, ShortAttention, "apply")
 
 
 def _torch_reference(q, k, v, bool_mask, causal):
@@ -717,14 +723,7 @@ def test_a_row_whose_sum_cancels_is_trusted_but_a_row_of_zeros_is_checked(monkey
     """The fused path's result check (a row of zeros may be torch's kernel hiding NaN scores)
     must not send a result to the readable path only because a row's values cancel to a sum
     of exactly 0 (in bf16 about one beam-search call in eight did)."""
-    readable = []
-    original = attention._attention_readable
-
-    def counting(*args):
-        readable.append(args[0].shape)
-        return original(*args)
-
-    monkeypatch.setattr(attention, "_attention_readable", counting)
+    readable = _count_calls(monkeypatch, attention, "_attention_readable")
     g = torch.Generator().manual_seed(6)
     q, k = (torch.randn(2, 3, 4, 8, generator=g) for _ in "qk")
     v = torch.randn(2, 3, 4, 2, generator=g)
