@@ -12,9 +12,17 @@ decoding step takes.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-__all__ = ["cpu_attention_has_amx", "cpu_has_fast_bf16", "fast_inference_dtype"]
+__all__ = [
+    "cpu_attention_has_amx",
+    "cpu_has_fast_bf16",
+    "cpu_vendor",
+    "fast_inference_dtype",
+    "mkl_gemv_is_fast",
+]
 
 
 def cpu_has_fast_bf16() -> bool:
@@ -46,6 +54,33 @@ def cpu_attention_has_amx(dtype: torch.dtype = torch.bfloat16) -> bool:
     if dtype == torch.float16:
         return bool(getattr(torch.cpu, "_is_amx_fp16_supported", lambda: False)())
     return False
+
+
+@functools.cache
+def cpu_vendor() -> str:
+    """The CPU's vendor id from ``/proc/cpuinfo`` (``"GenuineIntel"``, ``"AuthenticAMD"``, ...),
+    or ``""`` where it cannot be read (not Linux)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def mkl_gemv_is_fast() -> bool:
+    """True where MKL's float32 matrix-vector product (``F.linear`` with one row) beats a
+    weight prepacked for oneDNN: on Intel CPUs, where MKL takes its own fast code paths.
+
+    Measured in one process per machine (docs/benchmarks.md, "Modern attention"): on an Intel
+    Xeon one row through ``F.linear`` took 83-197 us for a Llama-shaped layer's weights against
+    102-256 us prepacked (MKL 10-20% faster; from 2 rows on, prepacked is 1.2-1.8x faster); on
+    an AMD EPYC prepacked was 1.6x faster (GPT-2 small's layers: 11.9 against 19.3 ms).
+    :mod:`attnkit.generation.packed` asks here.
+    """
+    return torch.backends.mkl.is_available() and cpu_vendor() == "GenuineIntel"
 
 
 def fast_inference_dtype(device: torch.device | str) -> torch.dtype:

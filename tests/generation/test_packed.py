@@ -148,3 +148,42 @@ def test_llama_options_run_on_packed_weights():
     assert model.blocks.layers[0].self_attn.in_proj in patched
     assert model.blocks.layers[0].ffn.linear1 in patched and model.lm_head in patched
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mkl_gemv", [True, False])
+def test_one_float32_row_takes_mkl_where_it_is_faster(monkeypatch, mkl_gemv):
+    """On an Intel CPU (the flag) a single float32 row goes to F.linear (MKL's matrix-vector
+    product), two rows or bfloat16 to the packed weight; elsewhere every call is packed. The
+    product is the same either way."""
+    import types
+
+    monkeypatch.setattr(packed, "_MKL_GEMV", mkl_gemv)
+    plain = []
+    monkeypatch.setattr(
+        packed,
+        "F",
+        types.SimpleNamespace(linear=lambda *a: plain.append(1) or nn.functional.linear(*a)),
+    )
+    torch.manual_seed(1)
+    module = nn.Linear(48, 70)
+    weight = packed_weight(module)
+    with torch.inference_mode():
+        one = linear(torch.randn(1, 1, 48), module, weight)
+        assert len(plain) == (1 if mkl_gemv else 0)
+        two = linear(torch.randn(2, 1, 48), module, weight)
+        assert len(plain) == (1 if mkl_gemv else 0)
+    assert one.shape == (1, 1, 70) and two.shape == (2, 1, 70)
+    x = torch.randn(1, 48)
+    with torch.inference_mode():
+        torch.testing.assert_close(
+            linear(x, module, weight), nn.functional.linear(x, module.weight, module.bias)
+        )
+
+
+def test_mkl_gemv_rule_reads_the_vendor(monkeypatch):
+    from attnkit import hardware
+
+    monkeypatch.setattr(hardware, "cpu_vendor", lambda: "GenuineIntel")
+    assert hardware.mkl_gemv_is_fast() is torch.backends.mkl.is_available()
+    monkeypatch.setattr(hardware, "cpu_vendor", lambda: "AuthenticAMD")
+    assert hardware.mkl_gemv_is_fast() is False

@@ -29,7 +29,10 @@ shapes up it is faster.
 
 The rule (:func:`packed_weight`): a float32 or bfloat16 weight on a CPU, torch built with
 oneDNN (bfloat16 only where oneDNN runs it), no gradient wanted; anything else, or a weight
-oneDNN refuses, takes ``F.linear``. Both compute the same product; only the order of the float
+oneDNN refuses, takes ``F.linear``. One exception per call (:func:`linear`): on an Intel CPU
+a single float32 row takes ``F.linear``, since MKL's matrix-vector product is 10-20% faster
+there than the prepacked one (the AMD EPYC above is the opposite; from 2 rows on the packed
+product is faster on both; :func:`attnkit.hardware.mkl_gemv_is_fast`). Both compute the same product; only the order of the float
 additions differs (a few 1e-6 relative in float32, as between any two BLAS kernels).
 
 :func:`packed_linears` routes every ``nn.Linear`` of a model through its packed weight for the
@@ -52,6 +55,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit.hardware import mkl_gemv_is_fast
+
 __all__ = ["linear", "packed_linears", "packed_weight", "release"]
 
 # nn.Linear -> (key of the weight it was made from, packed weight or None if oneDNN refused)
@@ -67,6 +72,7 @@ def _mkldnn_ops() -> bool:
 
 
 _HAS_MKLDNN = torch.backends.mkldnn.is_available() and _mkldnn_ops()
+_MKL_GEMV = mkl_gemv_is_fast()  # one float32 row: F.linear (MKL) on Intel CPUs
 
 
 def _packable(weight: Tensor) -> bool:
@@ -106,10 +112,15 @@ def packed_weight(module: nn.Linear) -> Tensor | None:
 def linear(x: Tensor, module: nn.Linear, packed: Tensor | None) -> Tensor:
     """``module(x)`` with the ``packed`` weight from :func:`packed_weight` (None: ``F.linear``).
 
+    A single float32 row on a CPU where MKL's matrix-vector product is the faster one
+    (:func:`attnkit.hardware.mkl_gemv_is_fast`: Intel CPUs) takes ``F.linear`` too.
+
     Args:
         x: (..., in_features) in the weight's dtype.
     """
     if packed is None or torch.is_grad_enabled() or x.dtype != module.weight.dtype:
+        return F.linear(x, module.weight, module.bias)
+    if _MKL_GEMV and x.dtype == torch.float32 and x.numel() == x.shape[-1]:  # one row
         return F.linear(x, module.weight, module.bias)
     return torch.ops.mkldnn._linear_pointwise(x, packed, module.bias, "none", [], "")  # (..., out)
 
