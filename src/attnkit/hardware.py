@@ -25,11 +25,15 @@ __all__ = [
 ]
 
 
+def _cpu_has(feature: str) -> bool:
+    """``torch.cpu._is_<feature>_supported()``, False where this torch has no such check."""
+    return bool(getattr(torch.cpu, f"_is_{feature}_supported", lambda: False)())
+
+
 def cpu_has_fast_bf16() -> bool:
     """True when this CPU runs bf16 matmuls natively (AVX-512 dispatch or AMX tiles)."""
     capability = torch.backends.cpu.get_cpu_capability()
-    amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
-    return capability.startswith("AVX512") or bool(amx)
+    return capability.startswith("AVX512") or _cpu_has("amx_tile")
 
 
 def cpu_attention_has_amx(dtype: torch.dtype = torch.bfloat16) -> bool:
@@ -50,9 +54,9 @@ def cpu_attention_has_amx(dtype: torch.dtype = torch.bfloat16) -> bool:
     if not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
         return False
     if dtype == torch.bfloat16:
-        return bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
+        return _cpu_has("amx_tile")
     if dtype == torch.float16:
-        return bool(getattr(torch.cpu, "_is_amx_fp16_supported", lambda: False)())
+        return _cpu_has("amx_fp16")
     return False
 
 

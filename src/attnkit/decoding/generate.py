@@ -121,6 +121,16 @@ def _constrain(
     return lprobs
 
 
+def _constrained_slices(
+    model, state: DecoderState, step: int, row_max: Tensor | None, config: DecodingConfig, pad: int
+):
+    """:func:`lprob_slices` with :func:`_constrain` applied to each slice (``row_max``: (N,)
+    or None); yields ``(rows, lprobs)``, lprobs (rows, V), valid until the next slice."""
+    for rows, lprobs in lprob_slices(model, state, step):
+        row_limit = None if row_max is None else row_max[rows]
+        yield rows, _constrain(lprobs, step, row_limit, config, pad)
+
+
 def _check_inputs(model, src: Tensor, config: DecodingConfig) -> None:
     if src.dim() != 2 or src.shape[0] == 0 or src.dtype != torch.long:
         raise ValueError(
@@ -175,9 +185,7 @@ def greedy_search(model, src: Tensor, config: DecodingConfig) -> list[list[Hypot
         n = state.tokens.shape[0]
         best = torch.empty(n, dtype=torch.float32, device=src.device)  # (n,)
         token = torch.empty(n, dtype=torch.long, device=src.device)  # (n,)
-        for rows, lprobs in lprob_slices(model, state, step):  # (rows, V) each, in cache
-            row_limit = None if row_max is None else row_max[rows]
-            lprobs = _constrain(lprobs, step, row_limit, config, pad)
+        for rows, lprobs in _constrained_slices(model, state, step, row_max, config, pad):
             torch.max(lprobs, dim=-1, out=(best[rows], token[rows]))
         log_prob = log_prob + best
         if step < max_steps:
@@ -234,9 +242,7 @@ def beam_search(model, src: Tensor, config: DecodingConfig) -> list[list[Hypothe
         # cache (search.step's first stage), then ranked per sentence.
         top_lprobs = torch.empty(b * group, per_beam, dtype=torch.float32, device=device)  # (N, 2k)
         top_tokens = torch.empty(b * group, per_beam, dtype=torch.long, device=device)  # (N, 2k)
-        for rows, lprobs in lprob_slices(model, state, step):  # (rows, V) each
-            row_limit = None if row_max is None else row_max[rows]
-            lprobs = _constrain(lprobs, step, row_limit, config, pad)
+        for rows, lprobs in _constrained_slices(model, state, step, row_max, config, pad):
             torch.topk(lprobs, per_beam, dim=1, out=(top_lprobs[rows], top_tokens[rows]))
         cand_scores, cand_tokens, cand_beams = search.combine(
             step, top_lprobs.view(b, group, -1), top_tokens.view(b, group, -1), scores

@@ -187,33 +187,31 @@ class KVCache:
             self._k = self._k.index_select(0, index)  # out= below would not record gradients
             self._v = self._v.index_select(0, index)
             return spare
-        if not self._by_position:
-            if rows == self._k.shape[0]:
-                # The right side is gathered into a new tensor before the write: no aliasing.
-                self._k[:, :, :n] = self._k[:, :, :n].index_select(0, index)
-                self._v[:, :, :n] = self._v[:, :, :n].index_select(0, index)
-                return None
-            for name in ("_k", "_v"):
-                old = getattr(self, name)
-                new = old.new_empty((rows, *old.shape[1:]))  # (B', H, T_max, hd)
-                torch.index_select(old[:, :, :n], 0, index, out=new[:, :, :n])
-                setattr(self, name, new)
+        if not self._by_position and rows == self._k.shape[0]:
+            # The right side is gathered into a new tensor before the write: no aliasing.
+            self._k[:, :, :n] = self._k[:, :, :n].index_select(0, index)
+            self._v[:, :, :n] = self._v[:, :, :n].index_select(0, index)
             return None
+
+        def filled(t: Tensor) -> Tensor:  # the positions written so far
+            return t[:, :n] if self._by_position else t[:, :, :n]
+
         for name in ("_k", "_v"):
             old = getattr(self, name)
             if (
-                spare is None
+                not self._by_position  # head-major: always new buffers
+                or spare is None
                 or spare.shape[1:] != old.shape[1:]
                 or spare.shape[0] < rows
                 or spare.dtype != old.dtype
                 or spare.device != old.device
             ):
-                spare = old.new_empty((rows, *old.shape[1:]))  # (B', T_max, H, hd)
-            target = spare[:rows]  # (B', T_max, H, hd), contiguous
-            torch.index_select(old[:, :n], 0, index, out=target[:, :n])
+                spare = old.new_empty((rows, *old.shape[1:]))
+            target = spare[:rows]  # (B', ...) contiguous
+            torch.index_select(filled(old), 0, index, out=filled(target))
             setattr(self, name, target)
             spare = old if old._base is None else old._base  # the whole buffer it lives in
-        return spare
+        return spare if self._by_position else None
 
 
 def positions_from_mask(keep: Tensor | None, t: int, *, start: Tensor | int = 0) -> Tensor:
