@@ -274,7 +274,9 @@ def main() -> int:
     sampler = TokenBatchSampler(
         pairs, max_tokens=config.data.max_tokens, max_len=max_len, seed=config.data.seed
     )
-    collate = Collator.for_tokenizer(tokenizer)
+    collate = Collator.for_tokenizer(  # padded as the trainer pads them (data.pad_multiple)
+        tokenizer, pad_multiple=config.data.pad_multiple, max_width=model_cfg.max_len
+    )
     per_round = args.steps // args.rounds
     needed = args.warmup + per_round * args.rounds
     batches = [collate([pairs[i] for i in idx]) for idx in itertools.islice(sampler, needed)]

@@ -70,3 +70,17 @@ def test_matplotlib_is_an_extra_not_a_dependency():
     assert not any(dep.startswith("matplotlib") for dep in project["dependencies"])
     assert project["optional-dependencies"]["plot"] == ["matplotlib"]
     assert "attnkit[plot]" in project["optional-dependencies"]["dev"]  # the tests draw images
+
+
+def test_importing_attnkit_raises_onednn_kernel_cache_unless_the_user_set_it():
+    """oneDNN reads ONEDNN_PRIMITIVE_CACHE_CAPACITY at its first kernel; attnkit sets a larger
+    default at import (training meets thousands of shapes) and keeps a value already set."""
+    import os
+
+    code = "import os, attnkit; print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'])"
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+    unset = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert unset.stdout.strip() == "4096", unset.stderr
+    env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = "77"
+    kept = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert kept.stdout.strip() == "77", kept.stderr

@@ -10,6 +10,16 @@ pay for importing torch.
 from __future__ import annotations
 
 import importlib
+import os
+
+# oneDNN, which runs bf16 (and prepacked) matrix products on a CPU, compiles a kernel for every
+# new shape (about 12 ms for a training matmul on an AMX Xeon) and keeps the last 1,024 by
+# default. A translation run meets a few thousand shapes (batch x length), so with the default
+# it compiled the same kernels again every epoch. Read by oneDNN at its first primitive, so
+# set here, before any; a value set by the user wins. Each kept kernel costs memory (about 1
+# MB at training shapes): docs/benchmarks.md, "Training throughput".
+ONEDNN_CACHE_CAPACITY = 4096
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_CACHE_CAPACITY))
 
 __version__ = "0.1.0"
 

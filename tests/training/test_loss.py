@@ -177,3 +177,28 @@ def test_linear_cross_entropy_rejects_bad_input():
         linear_cross_entropy(hidden, weight, target, epsilon=1.0)
     with pytest.raises(ValueError, match="chunk_size"):
         linear_cross_entropy(hidden, weight, target, chunk_size=0)
+
+
+def test_linear_cross_entropy_products_take_few_shapes(monkeypatch):
+    """The last chunk is padded to a multiple of ROW_MULTIPLE rows, so that a run whose token
+    count changes at every step meets a handful of matmul shapes (oneDNN compiles one kernel
+    per shape), and the padding changes nothing (the result equals torch's)."""
+    from attnkit.training import loss as loss_module
+
+    shapes = set()
+    mm = torch.mm
+
+    def recording_mm(a, b, **kwargs):
+        shapes.add((tuple(a.shape), tuple(b.shape)))
+        return mm(a, b, **kwargs)
+
+    monkeypatch.setattr(loss_module.torch, "mm", recording_mm)
+    for n in range(130, 260, 3):  # 44 token counts
+        hidden, weight, target = linear_case(n=n, d=8, c=11)
+        got = loss_module.linear_cross_entropy(hidden, weight, target, chunk_size=128)
+        want = F.cross_entropy(hidden @ weight.T, target, label_smoothing=0.1, reduction="sum")
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-10)
+        for g, w in zip(grads_of(got, hidden, weight), grads_of(want, hidden, weight), strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
+    rows = {a[0] for a, _ in shapes}
+    assert rows <= {64, 128}, rows  # full chunks of 128, last chunks padded to 64 or 128

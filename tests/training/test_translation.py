@@ -148,3 +148,21 @@ def test_bpe_dropout_segments_every_training_batch_afresh(tmp_path):
 def test_bpe_dropout_is_a_probability():
     with pytest.raises(ValueError, match=r"data.bpe_dropout"):
         fast_config("data.bpe_dropout=1.0")
+
+
+def test_pad_multiple_pads_the_training_batches_and_is_checked(tmp_path):
+    """data.pad_multiple reaches the task's collator: every training batch's widths are a
+    multiple of it (capped at the model's max_len), and the loss ignores the extra padding."""
+    from itertools import islice
+
+    config = fast_config("optim.max_steps=1", "data.pad_multiple=8")
+    trainer = Trainer(config, tmp_path, progress=False)
+    with trainer:
+        trainer.setup()
+        task = trainer.task
+        stream = task.train_batches(DataPosition(0, 0, task.batches_per_epoch))
+        for batch, _ in islice(stream, 5):
+            for ids in (batch.src, batch.tgt_in, batch.tgt_out):
+                assert ids.shape[1] % 8 == 0 or ids.shape[1] == task.collate.max_width
+    with pytest.raises(ValueError, match=r"data.pad_multiple"):
+        fast_config("data.pad_multiple=0")

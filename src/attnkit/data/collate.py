@@ -68,8 +68,12 @@ class Batch:
         return self._map_tensors(lambda t: t.pin_memory())
 
 
-def _pad(rows: list[list[int]], pad_id: int) -> torch.Tensor:
+def _pad(
+    rows: list[list[int]], pad_id: int, multiple: int = 1, cap: int | None = None
+) -> torch.Tensor:
     width = max(len(r) for r in rows)
+    rounded = -(-width // multiple) * multiple  # the next multiple of `multiple`
+    width = max(width, min(rounded, cap)) if cap is not None else rounded
     out = torch.full((len(rows), width), pad_id, dtype=torch.long)  # (B, W)
     for i, row in enumerate(rows):
         out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
@@ -87,22 +91,39 @@ class Collator:
         pad_id: Padding id.
         bos_id: Id prepended to the decoder input.
         eos_id: Id appended to the source and to the decoder target.
+        pad_multiple: Pad the source and target widths up to a multiple of this (1 = to the
+            longest row only). Fewer distinct batch shapes: oneDNN, which runs bf16 matmuls on
+            a CPU, compiles kernels for every new shape (12 ms a matmul on an AMX Xeon) and
+            keeps them in a cache of limited size, so a run whose shapes repeat spends its time
+            computing instead (docs/benchmarks.md, "Training throughput").
+        max_width: Never pad beyond this width (the model's ``max_len``) for the rounding; a
+            row longer than it is still padded to its own length.
     """
 
     pad_id: int
     bos_id: int
     eos_id: int
+    pad_multiple: int = 1
+    max_width: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("pad_id", "bos_id", "eos_id"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name}: expected an id >= 0, got {value!r}")
+        for name, value in (("pad_multiple", self.pad_multiple), ("max_width", self.max_width)):
+            if name == "max_width" and value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}: expected an integer >= 1, got {value!r}")
 
     @classmethod
-    def for_tokenizer(cls, tokenizer) -> Collator:
-        """Takes the special ids from a `SubwordTokenizer` (or anything with ``*_id``)."""
-        return cls(pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id)
+    def for_tokenizer(cls, tokenizer, **options) -> Collator:
+        """Takes the special ids from a `SubwordTokenizer` (or anything with ``*_id``);
+        ``options``: ``pad_multiple``, ``max_width``."""
+        return cls(
+            pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, **options
+        )
 
     def __call__(
         self,
@@ -123,10 +144,11 @@ class Collator:
         src = [[*s, self.eos_id] for s, _ in pairs]
         tgt_in = [[self.bos_id, *t] for _, t in pairs]
         tgt_out = [[*t, self.eos_id] for _, t in pairs]
+        pad = dict(pad_id=self.pad_id, multiple=self.pad_multiple, cap=self.max_width)
         return Batch(
-            src=_pad(src, self.pad_id),
-            tgt_in=_pad(tgt_in, self.pad_id),
-            tgt_out=_pad(tgt_out, self.pad_id),
+            src=_pad(src, **pad),
+            tgt_in=_pad(tgt_in, **pad),
+            tgt_out=_pad(tgt_out, **pad),
             num_src_tokens=sum(map(len, src)),
             num_tgt_tokens=sum(map(len, tgt_out)),
             pad_id=self.pad_id,

@@ -87,6 +87,9 @@ class DataConfig:
     # merge dropped with this probability (0.1 in the paper); validation and inference keep
     # the deterministic segmentation. 0 = off.
     bpe_dropout: float = 0.0
+    # Pad each batch's source and target widths up to a multiple of this (1 = to the longest
+    # row): fewer distinct shapes, whose CPU kernels oneDNN compiles once and then reuses.
+    pad_multiple: int = 1
     copy_train_pairs: int = 500  # corpus = "copy": training pairs
     copy_val_pairs: int = 100  # corpus = "copy": validation pairs
     copy_words: int = 20  # corpus = "copy": distinct pseudo-words

@@ -34,6 +34,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "data.max_tokens": (1, 2**24),
     "data.max_len": (0, 65536),
     "data.seed": SEED,
+    "data.pad_multiple": (1, 1024),
     "data.copy_train_pairs": (0, 10**7),
     "data.copy_val_pairs": (0, 10**7),
     "data.copy_words": (1, 10**6),

@@ -21,6 +21,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 REDUCTIONS = ("mean", "sum", "none")
+ROW_MULTIPLE = 64  # the fused loss's chunks have a multiple of this many rows (padded)
+
+
+def _rounded(n: int) -> int:
+    return -(-n // ROW_MULTIPLE) * ROW_MULTIPLE
 
 
 def label_smoothed_cross_entropy(
@@ -94,12 +99,18 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_w = torch.zeros(weight.shape, dtype=accum, device=weight.device)  # (C, d)
         total = torch.zeros((), dtype=accum, device=hidden.device)
         z_buffer = torch.empty(
-            min(chunk_size, h.shape[0]), num_classes, dtype=compute_dtype, device=h.device
+            _rounded(min(chunk_size, h.shape[0])), num_classes, dtype=compute_dtype, device=h.device
         )  # reused: no fresh pages per chunk
         for start in range(0, h.shape[0], chunk_size):
             rows = h[start : start + chunk_size]  # (n, d)
             tgt = target[start : start + chunk_size].unsqueeze(-1)  # (n, 1)
-            z = torch.mm(rows, w.T, out=z_buffer[: rows.shape[0]]).to(accum)  # (n, C) logits
+            n = rows.shape[0]
+            if _rounded(n) != n:
+                # The last chunk's row count changes from step to step; padded with zero rows
+                # to a multiple of ROW_MULTIPLE (sliced off below), its products take one of a
+                # few shapes, whose oneDNN kernels are compiled once (Collator.pad_multiple).
+                rows = torch.cat((rows, rows.new_zeros(_rounded(n) - n, rows.shape[1])))
+            z = torch.mm(rows, w.T, out=z_buffer[: rows.shape[0]])[:n].to(accum)  # (n, C) logits
             z_max = z.amax(dim=-1, keepdim=True)  # (n, 1)
             z_target = z.gather(-1, tgt)  # (n, 1)
             z_mean = z.mean(dim=-1, keepdim=True)  # (n, 1)
@@ -111,7 +122,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_z = probs.div_(norm).sub_(epsilon / num_classes)  # softmax - eps/C
             grad_z.scatter_add_(-1, tgt, grad_z.new_full(tgt.shape, epsilon - 1.0))
             grad_z = grad_z.to(compute_dtype)
-            torch.mm(grad_z, w, out=grad_h[start : start + chunk_size])  # (n, d)
+            if rows.shape[0] != n:  # zero gradient for the padding rows
+                grad_z = torch.cat((grad_z, grad_z.new_zeros(rows.shape[0] - n, num_classes)))
+                grad_h[start : start + n] = torch.mm(grad_z, w)[:n]
+            else:
+                torch.mm(grad_z, w, out=grad_h[start : start + chunk_size])  # (n, d)
             if grad_w.dtype == compute_dtype:
                 grad_w.addmm_(grad_z.T, rows)  # (C, d)
             else:

@@ -80,13 +80,15 @@ class TranslationTask(Task):
                 if info.is_main:
                     train_tokenizer(text, cfg.data).save(tokenizer_path)
         self.tokenizer = SubwordTokenizer.load(tokenizer_path)
-        self.collate = Collator.for_tokenizer(self.tokenizer)
         vocab = self.tokenizer.vocab_size
         model_cfg = replace(
             cfg.model, src_vocab_size=vocab, tgt_vocab_size=vocab, pad_id=self.tokenizer.pad_id
         )
         cfg = replace(cfg, model=model_cfg)
         max_len = cfg.data.max_len or model_cfg.max_len
+        self.collate = Collator.for_tokenizer(
+            self.tokenizer, pad_multiple=cfg.data.pad_multiple, max_width=model_cfg.max_len
+        )
         self.train_pairs = encode(text.train, self.tokenizer)
         self.val_pairs = encode(text.val, self.tokenizer)
         if cfg.data.bpe_dropout > 0:
