@@ -105,7 +105,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             rows = h[start : start + chunk_size]  # (n, d)
             tgt = target[start : start + chunk_size].unsqueeze(-1)  # (n, 1)
             n = rows.shape[0]
-            if _rounded(n) != n:
+            if n < chunk_size and _rounded(n) != n:
                 # The last chunk's row count changes from step to step; padded with zero rows
                 # to a multiple of ROW_MULTIPLE (sliced off below), its products take one of a
                 # few shapes, whose oneDNN kernels are compiled once (Collator.pad_multiple).
