@@ -68,3 +68,24 @@ def test_make_norm_by_name():
     assert [name for name, _ in rms.named_parameters()] == ["weight"]  # no shift
     with pytest.raises(ValueError, match=r"norm: expected one of \['layer', 'rms'\], got 'batch'"):
         make_norm("batch", 8, eps=1e-5)
+
+
+@pytest.mark.parametrize("eps", [1e-6, 0.5])
+@pytest.mark.parametrize("shape", [(3, 5, 16), (16,), (2, 1, 16)])
+def test_rms_norm_inference_path_equals_hugging_face(shape, eps):
+    """Without autograd on a CPU, RMSNorm runs as LayerNorm over [x, -x] (one fused kernel):
+    equal to Hugging Face's LlamaRMSNorm up to float32 rounding, and in bfloat16 within one
+    rounding of the formula, as the autograd path."""
+    ours, hf = _pair(eps=eps)
+    x = torch.randn(shape) * 3
+    with torch.no_grad():
+        fast, want = ours(x), hf(x)
+    torch.testing.assert_close(fast, want, atol=1e-6, rtol=2e-6)
+    with torch.no_grad():
+        ours_bf16 = ours.to(torch.bfloat16)
+        xb = x.to(torch.bfloat16)
+        got = ours_bf16(xb)
+    g, xd = ours_bf16.weight.detach().double(), xb.double()
+    exact = g * xd / torch.sqrt(xd.pow(2).mean(-1, keepdim=True) + eps)
+    assert got.dtype == torch.bfloat16 and got.shape == x.shape
+    torch.testing.assert_close(got.double(), exact, atol=0, rtol=2**-8)
