@@ -1,11 +1,12 @@
 """Normalisation layers: the paper's LayerNorm and RMSNorm (Llama, Mistral, Qwen), chosen by name.
 
 RMSNorm(x) = g * x / sqrt(mean(x^2) + eps): LayerNorm without the mean subtraction and without
-a shift (Zhang and Sennrich, 2019), computed by torch's fused kernel (``F.rms_norm``) in one
-call. In float32 that gives Hugging Face's ``LlamaRMSNorm`` exactly; in bfloat16 the kernel
-accumulates in float32 and rounds once, where Hugging Face rounds the normalised x to bfloat16
-before multiplying by g, so the two differ by at most that second rounding (a test says so).
-One call instead of five matters in a decoding step, which runs two norms per layer.
+a shift (Zhang and Sennrich, 2019), computed by ``F.rms_norm``. In float32 that gives Hugging
+Face's ``LlamaRMSNorm`` exactly; in bfloat16 it accumulates in float32 and rounds once, where
+Hugging Face rounds the normalised x to bfloat16 before multiplying by g, so the two differ by
+at most that second rounding (a test says so). In inference on a CPU, where ``F.rms_norm`` is
+about a dozen operators, the same value comes from torch's one fused LayerNorm kernel
+(:func:`_rms_norm_by_layer_norm`): a decoding step runs two norms per layer.
 """
 
 from __future__ import annotations
