@@ -14,8 +14,8 @@ import os
 
 # oneDNN, which runs bf16 (and prepacked) matrix products on a CPU, compiles a kernel for every
 # new shape (about 12 ms for a training matmul on an AMX Xeon) and keeps the last 1,024 by
-# default. A translation run meets a few thousand shapes (batch x length), so with the default
-# it compiled the same kernels again every epoch. Read by oneDNN at its first primitive, so
+# default. Training the shipped translation config meets a few thousand kernels (batch x width
+# x layer shapes), so with the default it compiled the same ones again every epoch. Read by oneDNN at its first primitive, so
 # set here, before any; a value set by the user wins. Each kept kernel costs memory (about 1
 # MB at training shapes): docs/benchmarks.md, "Training throughput".
 ONEDNN_CACHE_CAPACITY = 4096

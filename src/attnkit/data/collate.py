@@ -112,9 +112,8 @@ class Collator:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name}: expected an id >= 0, got {value!r}")
         for name, value in (("pad_multiple", self.pad_multiple), ("max_width", self.max_width)):
-            if name == "max_width" and value is None:
-                continue
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+            if not (ok or (name == "max_width" and value is None)):
                 raise ValueError(f"{name}: expected an integer >= 1, got {value!r}")
 
     @classmethod
