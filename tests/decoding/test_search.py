@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from attnkit.decoding.search import BeamSearch, LengthPenalty
+from attnkit.decoding.search import BeamSearch, LengthPenalty, row_topk
 
 
 @pytest.mark.parametrize(
@@ -87,3 +87,44 @@ def test_step_checks_shapes():
         search.step(1, torch.zeros(1, 2, 5), None)
     with pytest.raises(ValueError, match=r"beam_size: expected an integer >= 1, got 0"):
         BeamSearch(0)
+
+
+@pytest.mark.parametrize("vocab", [6000, 6001, 6063, 50257])
+@pytest.mark.parametrize("rounding", [None, torch.bfloat16])
+def test_row_topk_equals_torch_topk(vocab, rounding):
+    """Same values as torch.topk, sorted, and columns that hold them (ties may pick others):
+    whole blocks only and with a tail of columns after the last block; bf16-rounded values
+    make many ties."""
+    torch.manual_seed(vocab)
+    x = torch.log_softmax(torch.randn(37, vocab) * 3, dim=-1)
+    if rounding is not None:
+        x = x.to(rounding).float()
+    x[:, 3] = float("-inf")  # a forbidden token, as beam search sets them
+    values, cols = row_topk(x, 10)
+    expected = torch.topk(x, 10, dim=1).values
+    assert torch.equal(values, expected)
+    assert torch.equal(x.gather(1, cols), values)
+    assert all(len(set(row)) == 10 for row in cols.tolist())  # ten distinct columns a row
+
+
+def test_row_topk_finds_a_maximum_in_the_tail_and_in_one_block():
+    """The best values all in one block, or in the columns after the last whole block."""
+    x = torch.zeros(2, 64 * 50 + 7)
+    x[0, 128:138] = torch.arange(10.0, 20.0)  # ten winners inside block 2
+    x[1, -7:] = torch.arange(1.0, 8.0)  # seven winners in the tail
+    x[1, 5] = 0.5
+    values, cols = row_topk(x, 10)
+    assert cols[0].tolist() == list(range(137, 127, -1))
+    assert cols[1, :8].tolist() == [*range(64 * 50 + 6, 64 * 50 - 1, -1), 5]
+    assert values[1, :8].tolist() == [7.0, 6.0, 5.0, 4.0, 3.0, 2.0, 1.0, 0.5]
+
+
+def test_row_topk_short_rows_and_nan_as_torch():
+    """Rows too short for blocks go to torch.topk; NaN ranks first, as in torch.topk."""
+    x = torch.randn(3, 100)
+    assert torch.equal(row_topk(x, 4)[0], torch.topk(x, 4, dim=1).values)
+    y = torch.randn(2, 6000)
+    y[1, 4321] = float("nan")
+    values, cols = row_topk(y, 5)
+    assert math.isnan(values[1, 0].item()) and cols[1, 0].item() == 4321
+    assert torch.equal(values[0], torch.topk(y, 5, dim=1).values[0])

@@ -46,7 +46,7 @@ from attnkit.decoding.memory_bound import (
     check_decoding_memory,
     decoding_memory,
 )
-from attnkit.decoding.search import BeamSearch
+from attnkit.decoding.search import BeamSearch, row_topk
 from attnkit.decoding.state import DecoderState, decode_one_token, lprob_slices, prefill
 
 __all__ = [
@@ -243,7 +243,7 @@ def beam_search(model, src: Tensor, config: DecodingConfig) -> list[list[Hypothe
         top_lprobs = torch.empty(b * group, per_beam, dtype=torch.float32, device=device)  # (N, 2k)
         top_tokens = torch.empty(b * group, per_beam, dtype=torch.long, device=device)  # (N, 2k)
         for rows, lprobs in _constrained_slices(model, state, step, row_max, config, pad):
-            torch.topk(lprobs, per_beam, dim=1, out=(top_lprobs[rows], top_tokens[rows]))
+            top_lprobs[rows], top_tokens[rows] = row_topk(lprobs, per_beam)
         cand_scores, cand_tokens, cand_beams = search.combine(
             step, top_lprobs.view(b, group, -1), top_tokens.view(b, group, -1), scores
         )

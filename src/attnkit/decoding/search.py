@@ -51,6 +51,38 @@ class LengthPenalty:
         return log_prob / self(length)
 
 
+_TOPK_BLOCK = 64  # columns per block of row_topk's first pass
+
+
+def row_topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """``torch.topk(x, k, dim=1)`` of (N, V) rows, sorted, in two passes when rows are long.
+
+    torch's CPU top-k copies every row into (value, index) pairs before its partial sort.
+    The k largest values of a row lie in at most k of its blocks of 64 columns, the blocks
+    with the k largest maxima: one vectorised pass takes the blocks' maxima, and the top-k
+    then runs over those k blocks (and the columns after the last whole block) only. Same
+    values as ``torch.topk``; among equal values it may return other columns.
+
+    Returns:
+        (values, columns), each (N, k).
+    """
+    n, v = x.shape
+    block = _TOPK_BLOCK
+    blocks = v // block
+    if blocks < 4 * k or not x.is_contiguous():
+        return torch.topk(x, k, dim=1)
+    whole = blocks * block
+    maxima = x[:, :whole].view(n, blocks, block).amax(dim=2)  # (N, blocks)
+    best = maxima.topk(k, dim=1, sorted=False).indices  # (N, k)
+    cols = best.unsqueeze(2) * block + torch.arange(block, device=x.device)  # (N, k, block)
+    cols = cols.view(n, k * block)
+    if whole < v:  # the columns after the last whole block are always candidates
+        tail = torch.arange(whole, v, device=x.device).expand(n, v - whole)
+        cols = torch.cat((cols, tail), dim=1)  # (N, k * block + tail)
+    values, where = x.gather(1, cols).topk(k, dim=1)  # (N, k) each, sorted
+    return values, cols.gather(1, where)
+
+
 class BeamSearch:
     """fairseq's beam step: the best ``2 x beam`` candidates per sentence.
 

@@ -166,5 +166,11 @@ def lprob_slices(
     for start in range(0, n, chunk):
         rows = slice(start, min(start + chunk, n))
         out = state.lprobs[rows] if keep else state.lprobs[: rows.stop - start]  # (rows, V)
-        torch.log_softmax(logits(rows), dim=-1, dtype=torch.float32, out=out)  # cast inside
+        x = logits(rows)  # (rows, V), the model's dtype
+        if x.dtype != torch.float32:
+            # Cast into the float32 buffer, then in place: log_softmax(dtype=) would allocate
+            # (and page in) an 8 MB float32 copy at every slice.
+            out.copy_(x)
+            x = out
+        torch.log_softmax(x, dim=-1, out=out)
         yield rows, out
