@@ -1146,3 +1146,30 @@ def test_shape_broadcast_check_agrees_with_torch(shapes):
     except RuntimeError:
         expected = None
     assert _broadcast(*shapes) == expected
+
+
+@pytest.mark.parametrize("vector", [0, 8, 16])
+@pytest.mark.parametrize("t_k", [1, 4, 7, 8, 15, 16, 17, 40])
+def test_short_kernel_softmax_equals_torch_on_both_sides_of_the_vector_width(
+    monkeypatch, vector, t_k
+):
+    """Rows shorter than a vector take the separate passes, longer ones torch.softmax: the
+    same weights either way (float32 rounding), -inf entries give 0, a NaN score a NaN row,
+    and the scores passed in are overwritten, not copied."""
+    from attnkit import attention_short
+
+    monkeypatch.setattr(attention_short, "cpu_float_vector_width", lambda: vector)
+    g = torch.Generator().manual_seed(t_k)
+    scores = torch.randn(6, 5, t_k, generator=g) * 4
+    scores[0, 0, 0] = float("nan")
+    if t_k > 1:
+        scores[1, :, -1] = float("-inf")  # a masked key
+    want = torch.softmax(scores, dim=-1)
+    got = attention_short._softmax(scores.clone())
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7, equal_nan=True)
+    assert torch.isnan(got[0, 0]).all() and not torch.isnan(got[1:]).any()
+    if t_k > 1:
+        assert (got[1, :, -1] == 0).all()
+    if t_k < vector:  # the separate passes work in place
+        inplace = scores.clone()
+        assert attention_short._softmax(inplace).data_ptr() == inplace.data_ptr()

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnkit.hardware import cpu_attention_has_amx, cpu_has_fast_bf16, fast_inference_dtype
+from attnkit.hardware import (
+    cpu_attention_has_amx,
+    cpu_float_vector_width,
+    cpu_has_fast_bf16,
+    fast_inference_dtype,
+)
 
 
 @pytest.mark.parametrize(
@@ -56,3 +61,12 @@ def test_training_precision_uses_the_same_rule():
     from attnkit.training import precision
 
     assert precision.cpu_has_fast_bf16 is cpu_has_fast_bf16
+
+
+@pytest.mark.parametrize(
+    ("capability", "width"),
+    [("AVX512", 16), ("AVX512_BF16", 16), ("AVX2", 8), ("DEFAULT", 0), ("SVE256", 0)],
+)
+def test_float_vector_width_follows_the_dispatch(capability, width, monkeypatch):
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    assert cpu_float_vector_width.__wrapped__() == width  # the uncached function

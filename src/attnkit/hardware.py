@@ -19,6 +19,7 @@ import torch
 __all__ = [
     "cpu_attention_has_amx",
     "cpu_has_fast_bf16",
+    "cpu_float_vector_width",
     "cpu_vendor",
     "fast_inference_dtype",
     "mkl_gemv_is_fast",
@@ -58,6 +59,24 @@ def cpu_attention_has_amx(dtype: torch.dtype = torch.bfloat16) -> bool:
     if dtype == torch.float16:
         return _cpu_has("amx_fp16")
     return False
+
+
+@functools.cache
+def cpu_float_vector_width() -> int:
+    """float32 lanes of the vectors torch's CPU kernels use here: 16 with AVX-512 dispatch, 8
+    with AVX2, 0 where this module does not know (another ISA, or no vector dispatch).
+
+    torch's softmax over the last dimension loops element by element over rows shorter than
+    one vector: 4-6x slower than separate vectorised passes at 1,000 x 5 rows of 4-15 floats,
+    measured on an AMX Xeon in both dispatches (docs/benchmarks.md, "Run 9");
+    :mod:`attnkit.attention_short` asks here.
+    """
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability.startswith("AVX512"):
+        return 16
+    if capability.startswith("AVX2"):
+        return 8
+    return 0
 
 
 @functools.cache
