@@ -673,20 +673,27 @@ def test_short_kernel_takes_training_in_any_dtype_and_with_dropout(monkeypatch, 
 @pytest.mark.parametrize("amx", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("causal, t_q", [(True, 1), (False, 5), (True, 7)])
-def test_short_kernel_serves_half_precision_inference(monkeypatch, dtype, causal, t_q, amx):
+@pytest.mark.parametrize("batch", [3, 40])
+def test_short_kernel_serves_half_precision_inference(monkeypatch, dtype, causal, t_q, amx, batch):
     """Without autograd, bf16/fp16 at short keys (a decoder step, cross-attention of a beam,
-    an encoder) take the short kernel and give the float64 reference's values; a single query
-    per row (a decoder step) goes to torch's fused kernel instead where that kernel has AMX."""
+    an encoder) take the short kernel and give the float64 reference's values; where torch's
+    fused kernel has AMX, a single query per row (a decoder step) or at most
+    AMX_FUSED_MAX_ROWS query rows in all (3 x 4 heads x T_q here; 40 x 4 x T_q is more) go to
+    it instead."""
     monkeypatch.setattr(attention, "cpu_attention_has_amx", lambda dtype: amx)
     g = torch.Generator().manual_seed(4)
     t_k = 7
-    q, k, v = (torch.randn(3, 4, t, 8, generator=g, dtype=torch.float64) for t in (t_q, t_k, t_k))
-    mask = torch.rand(3, 1, 1, t_k, generator=g) > 0.3
+    q, k, v = (
+        torch.randn(batch, 4, t, 8, generator=g, dtype=torch.float64) for t in (t_q, t_k, t_k)
+    )
+    mask = torch.rand(batch, 1, 1, t_k, generator=g) > 0.3
     mask[..., -1] = True  # every row has a key
     calls = _count_short_kernel(monkeypatch)
     with torch.inference_mode():
         got = scaled_dot_product_attention(*(t.to(dtype) for t in (q, k, v)), mask, causal=causal)
-    assert len(calls) == (0 if amx and t_q == 1 else 1) and got.dtype == dtype
+    few = t_q == 1 or batch * 4 * t_q <= attention.AMX_FUSED_MAX_ROWS
+    assert t_q == 1 or (batch * 4 * t_q <= attention.AMX_FUSED_MAX_ROWS) is (batch == 3)
+    assert len(calls) == (0 if amx and few else 1) and got.dtype == dtype
     want = _torch_reference(*(t.to(dtype).double() for t in (q, k, v)), mask, causal)
     torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)
 

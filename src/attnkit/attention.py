@@ -259,6 +259,9 @@ def _check_inputs(
 # --------------------------------------------------------------------------- backend and mask
 
 READABLE, SHORT, FUSED = "readable", "short", "fused"
+# Half-precision inference on a CPU with AMX for the dtype: torch's fused kernel up to this many
+# query rows (batch x heads x T_q), three matmuls above (docs/benchmarks.md, "Run 10").
+AMX_FUSED_MAX_ROWS = 512
 
 
 def _select_backend(
@@ -279,11 +282,12 @@ def _select_backend(
        kernel is 2x slower in float32, 8-12x slower in bfloat16, and takes its unfused math
        path with dropout) or, without autograd and without dropout, bfloat16 or float16
        (inference, where torch's fused CPU kernel is 1.3-3x slower than three matmuls at
-       translation lengths; in float32 it is as fast; docs/benchmarks.md), except a single
-       query per row on a CPU with AMX for its dtype
-       (:func:`~attnkit.hardware.cpu_attention_has_amx`),
-       where torch's kernel runs half precision on AMX tiles, reads the cache slice in place
-       and is 2.1-2.4x faster;
+       translation lengths; in float32 it is as fast; docs/benchmarks.md), except on a CPU
+       with AMX for its dtype (:func:`~attnkit.hardware.cpu_attention_has_amx`), where
+       torch's kernel runs half precision on AMX tiles: a single query per row (it reads the
+       cache slice in place and is 2.1-2.4x faster) or at most :data:`AMX_FUSED_MAX_ROWS`
+       query rows in all (batch x heads x T_q: the cross-attention of a few sentences' beams,
+       2-3x faster there; the three matmuls' fixed cost is oneDNN's per call);
     3. ``fused`` otherwise.
 
     Afterwards, a ``short`` or ``fused`` result that :func:`_fast_result_trusted` rejects (NaN
@@ -303,12 +307,10 @@ def _select_backend(
     half = query.dtype in (torch.bfloat16, torch.float16)
     if recording:
         return SHORT
-    if (
-        half
-        and dropout == 0.0
-        and not (query.shape[-2] == 1 and cpu_attention_has_amx(query.dtype))
-    ):
-        return SHORT
+    if half and dropout == 0.0:
+        few = query.shape[-2] == 1 or query.numel() <= AMX_FUSED_MAX_ROWS * query.shape[-1]
+        if not (few and cpu_attention_has_amx(query.dtype)):
+            return SHORT
     return FUSED
 
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from attnkit.decoding.search import BeamSearch, LengthPenalty, row_topk
+from attnkit.decoding.search import BeamSearch, LengthPenalty, top_candidates
 
 
 @pytest.mark.parametrize(
@@ -89,42 +89,62 @@ def test_step_checks_shapes():
         BeamSearch(0)
 
 
+def _check_candidates(lprobs, scores, count, values, tokens, beams):
+    """values equal torch.topk's over every (beam, token) of a sentence, and each (beam, token)
+    returned holds its value, each pair once."""
+    b, g, v = lprobs.shape
+    total = lprobs if scores is None else lprobs + scores.unsqueeze(-1)
+    expected = torch.topk(total.reshape(b, g * v), count, dim=1).values
+    assert torch.equal(values, expected)
+    assert torch.equal(total[torch.arange(b)[:, None], beams, tokens], values)
+    pairs = (beams * v + tokens).tolist()
+    assert all(len(set(row)) == count for row in pairs)  # distinct candidates a sentence
+
+
 @pytest.mark.parametrize("vocab", [6000, 6001, 6063, 50257])
 @pytest.mark.parametrize("rounding", [None, torch.bfloat16])
-def test_row_topk_equals_torch_topk(vocab, rounding):
-    """Same values as torch.topk, sorted, and columns that hold them (ties may pick others):
-    whole blocks only and with a tail of columns after the last block; bf16-rounded values
-    make many ties."""
-    torch.manual_seed(vocab)
-    x = torch.log_softmax(torch.randn(37, vocab) * 3, dim=-1)
+@pytest.mark.parametrize("beams", [1, 5])
+def test_top_candidates_equal_torch_topk(vocab, rounding, beams):
+    """Same values as torch.topk over all of a sentence's candidates, sorted: whole blocks
+    only and with a tail of columns after the last block, one beam (step 0) or five with
+    their scores; bf16-rounded values make many ties."""
+    torch.manual_seed(vocab + beams)
+    lprobs = torch.log_softmax(torch.randn(7, beams, vocab) * 3, dim=-1)
     if rounding is not None:
-        x = x.to(rounding).float()
-    x[:, 3] = float("-inf")  # a forbidden token, as beam search sets them
-    values, cols = row_topk(x, 10)
-    expected = torch.topk(x, 10, dim=1).values
-    assert torch.equal(values, expected)
-    assert torch.equal(x.gather(1, cols), values)
-    assert all(len(set(row)) == 10 for row in cols.tolist())  # ten distinct columns a row
+        lprobs = lprobs.to(rounding).float()
+    lprobs[:, :, 3] = float("-inf")  # a forbidden token, as beam search sets them
+    scores = None if beams == 1 else torch.randn(7, beams) - 4
+    values, tokens, beams_ = top_candidates(lprobs, scores, 10)
+    _check_candidates(lprobs, scores, 10, values, tokens, beams_)
 
 
-def test_row_topk_finds_a_maximum_in_the_tail_and_in_one_block():
-    """The best values all in one block, or in the columns after the last whole block."""
-    x = torch.zeros(2, 64 * 50 + 7)
-    x[0, 128:138] = torch.arange(10.0, 20.0)  # ten winners inside block 2
-    x[1, -7:] = torch.arange(1.0, 8.0)  # seven winners in the tail
-    x[1, 5] = 0.5
-    values, cols = row_topk(x, 10)
-    assert cols[0].tolist() == list(range(137, 127, -1))
-    assert cols[1, :8].tolist() == [*range(64 * 50 + 6, 64 * 50 - 1, -1), 5]
+def test_top_candidates_in_one_block_in_the_tail_and_across_beams():
+    """The best candidates all in one block of one beam, in the columns after the last whole
+    block, or spread by the beams' scores."""
+    v = 64 * 50 + 7
+    lprobs = torch.zeros(3, 2, v)
+    lprobs[0, 1, 128:138] = torch.arange(10.0, 20.0)  # ten winners in block 2 of beam 1
+    lprobs[1, 0, -7:] = torch.arange(1.0, 8.0)  # seven winners in beam 0's tail
+    lprobs[1, 1, 5] = 0.5
+    lprobs[2, 0, 9] = 3.0  # beam 0's best, but beam 1's score lifts all of beam 1 above it
+    scores = torch.tensor([[0.0, 0.0], [0.0, 0.0], [0.0, 5.0]])
+    values, tokens, beams = top_candidates(lprobs, scores, 10)
+    _check_candidates(lprobs, scores, 10, values, tokens, beams)
+    assert tokens[0].tolist() == list(range(137, 127, -1)) and beams[0].tolist() == [1] * 10
+    assert tokens[1, :8].tolist() == [*range(v - 1, v - 8, -1), 5]
+    assert beams[1, :8].tolist() == [0] * 7 + [1]
     assert values[1, :8].tolist() == [7.0, 6.0, 5.0, 4.0, 3.0, 2.0, 1.0, 0.5]
+    assert beams[2].tolist() == [1] * 10 and values[2, 0].item() == 5.0
 
 
-def test_row_topk_short_rows_and_nan_as_torch():
-    """Rows too short for blocks go to torch.topk; NaN ranks first, as in torch.topk."""
-    x = torch.randn(3, 100)
-    assert torch.equal(row_topk(x, 4)[0], torch.topk(x, 4, dim=1).values)
-    y = torch.randn(2, 6000)
-    y[1, 4321] = float("nan")
-    values, cols = row_topk(y, 5)
-    assert math.isnan(values[1, 0].item()) and cols[1, 0].item() == 4321
-    assert torch.equal(values[0], torch.topk(y, 5, dim=1).values[0])
+def test_top_candidates_short_rows_and_nan_as_torch():
+    """Rows too short for blocks rank every candidate; NaN ranks first, as in torch.topk."""
+    lprobs = torch.randn(3, 2, 100)
+    scores = torch.randn(3, 2)
+    values, tokens, beams = top_candidates(lprobs, scores, 4)
+    _check_candidates(lprobs, scores, 4, values, tokens, beams)
+    y = torch.randn(2, 1, 6000)
+    y[1, 0, 4321] = float("nan")
+    values, tokens, beams = top_candidates(y, None, 5)
+    assert math.isnan(values[1, 0].item()) and tokens[1, 0].item() == 4321
+    assert torch.equal(values[0], torch.topk(y[0, 0], 5).values)

@@ -11,7 +11,7 @@ import torch
 
 from attnkit.data import SubwordTokenizer, load_named_corpus
 from attnkit.decoding import DecodingConfig, Translator, normalize_source, token_batches
-from attnkit.decoding.translate import PARALLEL, can_fork
+from attnkit.decoding.translate import PARALLEL, can_fork, length_shares
 from attnkit.models import Transformer
 from tests.helpers.decoding import tiny_config
 
@@ -33,6 +33,34 @@ def test_token_batches_cover_everything_within_budget(budget):
     assert [i for b in batches for i in b] == [5, 1, 3, 7, 8, 9, 4, 0, 6, 2]
     with pytest.raises(ValueError, match=r"batch_tokens: expected >= 1, got 0"):
         list(token_batches(lengths, 0))
+
+
+@pytest.mark.parametrize(
+    "lengths, parts, expected",
+    [
+        ([3] * 10, 2, [range(0, 5), range(5, 10)]),
+        ([1, 2, 3, 4, 5, 6, 7, 9], 2, [range(0, 6), range(6, 8)]),  # 21 | 16: the closest cut
+        ([1, 1, 1, 1, 10], 2, [range(0, 4), range(4, 5)]),  # one long sentence alone
+        ([2, 2, 2, 2], 3, [range(0, 1), range(1, 3), range(3, 4)]),
+        ([1, 2], 3, [range(0, 1), range(1, 2)]),  # fewer sentences than workers
+        ([5], 2, [range(0, 1)]),
+        ([], 2, [range(0, 0)]),
+    ],
+)
+def test_length_shares_cut_runs_with_equal_tokens(lengths, parts, expected):
+    """Consecutive runs of the sorted lengths, about equal in tokens, each worker one run."""
+    got = length_shares(lengths, parts)
+    assert got == expected
+    assert [i for run in got for i in run] == list(range(len(lengths)))
+
+
+def test_length_shares_of_a_real_length_profile_are_balanced():
+    """Lengths as a test set's: two runs within one longest sentence of half the tokens each."""
+    lengths = sorted((7 * i) % 23 + 3 for i in range(250))
+    first, second = length_shares(lengths, 2)
+    half = sum(lengths) / 2
+    assert abs(sum(lengths[i] for i in first) - half) <= max(lengths)
+    assert len(first) > len(second)  # the short run holds more sentences
 
 
 @pytest.fixture(scope="module")

@@ -187,3 +187,58 @@ def test_mkl_gemv_rule_reads_the_vendor(monkeypatch):
     assert hardware.mkl_gemv_is_fast() is torch.backends.mkl.is_available()
     monkeypatch.setattr(hardware, "cpu_vendor", lambda: "AuthenticAMD")
     assert hardware.mkl_gemv_is_fast() is False
+
+
+def tiny_translator():
+    from attnkit.models import Transformer, TransformerConfig
+
+    config = TransformerConfig(
+        src_vocab_size=60, tgt_vocab_size=60, d_model=32, num_heads=4, num_encoder_layers=1,
+        num_decoder_layers=2, d_ff=64, dropout=0.0, max_len=32,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return Transformer(config).eval()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_translation_model_cross_queries_and_relu_feed_forward_are_packed(dtype):
+    """Cross-attention's query rows of in_proj and the ReLU feed-forward layers run on packed
+    weights within the block only, and the decoder gives F.linear's logits (float32: to
+    rounding; bf16: the fused ReLU rounds as ReLU after the product does, so the packed
+    product with and without fusion agree exactly)."""
+    from attnkit.modules import FeedForward, MultiHeadAttention
+
+    model = tiny_translator().to(dtype)
+    if packed_weight(model.output) is None:
+        pytest.skip("oneDNN cannot run this dtype here")
+    src, tgt = torch.randint(1, 60, (3, 9)), torch.randint(1, 60, (3, 6))
+    with torch.inference_mode():
+        want = model(src, tgt)
+        with packed_linears(model):
+            crosses = [m for m in model.modules() if type(m) is MultiHeadAttention]
+            ffns = [m for m in model.modules() if type(m) is FeedForward]
+            # every MHA has stacked in_proj here; the decoder's cross-attentions use _project_q
+            assert all("_project_q" in m.__dict__ for m in crosses)
+            assert ffns and all("forward" in m.__dict__ for m in ffns)
+            got = model(src, tgt)
+            ffn = ffns[0]
+            x = torch.randn(4, 32).to(dtype)
+            fused = ffn.forward(x)
+            hidden = torch.relu(linear(x, ffn.linear1, packed_weight(ffn.linear1)))
+            separate = linear(hidden, ffn.linear2, packed_weight(ffn.linear2))
+    assert not any("_project_q" in m.__dict__ or "forward" in m.__dict__ for m in model.modules())
+    assert torch.equal(fused, separate)
+    tol = 1e-5 if dtype == torch.float32 else 5e-2
+    torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+
+
+def test_relu_feed_forward_keeps_its_own_forward_in_training():
+    """With gradients (training) the patched layer runs FeedForward.forward: autograd records."""
+    from attnkit.modules import FeedForward
+
+    ffn = FeedForward(16, 32, activation="relu", dropout=0.0)
+    x = torch.randn(2, 16, requires_grad=True)
+    with packed_linears(ffn):
+        out = ffn(x)
+    assert out.grad_fn is not None
+    torch.testing.assert_close(out, ffn.linear2(torch.relu(ffn.linear1(x))))

@@ -46,7 +46,7 @@ from attnkit.decoding.memory_bound import (
     check_decoding_memory,
     decoding_memory,
 )
-from attnkit.decoding.search import BeamSearch, row_topk
+from attnkit.decoding.search import BeamSearch
 from attnkit.decoding.state import DecoderState, decode_one_token, lprob_slices, prefill
 
 __all__ = [
@@ -223,7 +223,6 @@ def beam_search(model, src: Tensor, config: DecodingConfig) -> list[list[Hypothe
     _check_inputs(model, src, config)
     k, pad, eos = config.beam_size, model.config.pad_id, config.eos
     search, penalty = BeamSearch(k), config.length_penalty
-    per_beam = search.per_beam(model.config.tgt_vocab_size)
     device = src.device
     limits = max_lengths(src, config, model.config.max_len, pad)  # (b,) for live sentences
     max_steps = int(limits.max())
@@ -235,18 +234,21 @@ def beam_search(model, src: Tensor, config: DecodingConfig) -> list[list[Hypothe
     sent = list(range(src.shape[0]))  # original index of each live sentence
     finalized: list[list[Hypothesis]] = [[] for _ in sent]
     scores = None  # (b, k) summed log-probs of the active hypotheses
+    vocab = model.config.tgt_vocab_size
     for step in range(max_steps + 1):
         b, group = len(sent), state.group  # group: 1 at step 0, then k
         row_max = limits.repeat_interleave(group) if step in limit_steps else None
-        # Each beam's best tokens, taken from every slice of log-probabilities while it is in
-        # cache (search.step's first stage), then ranked per sentence.
-        top_lprobs = torch.empty(b * group, per_beam, dtype=torch.float32, device=device)  # (N, 2k)
-        top_tokens = torch.empty(b * group, per_beam, dtype=torch.long, device=device)  # (N, 2k)
+        # The search's step runs on every slice of log-probabilities while it is in cache
+        # (slices hold whole sentences: all `group` rows of each).
+        width = min(2 * k, group * vocab)
+        cand_scores = torch.empty(b, width, dtype=torch.float32, device=device)  # (b, 2k)
+        cand_tokens = torch.empty(b, width, dtype=torch.long, device=device)  # (b, 2k)
+        cand_beams = torch.empty(b, width, dtype=torch.long, device=device)  # (b, 2k)
         for rows, lprobs in _constrained_slices(model, state, step, row_max, config, pad):
-            top_lprobs[rows], top_tokens[rows] = row_topk(lprobs, per_beam)
-        cand_scores, cand_tokens, cand_beams = search.combine(
-            step, top_lprobs.view(b, group, -1), top_tokens.view(b, group, -1), scores
-        )
+            part = slice(rows.start // group, rows.stop // group)  # the slice's sentences
+            cand_scores[part], cand_tokens[part], cand_beams[part] = search.step(
+                step, lprobs.view(-1, group, vocab), None if scores is None else scores[part]
+            )
         # (b, 2k) each; pad with impossible candidates if the vocabulary is tiny
         cand_scores, cand_tokens, cand_beams = _pad_candidates(
             cand_scores, cand_tokens, cand_beams, 2 * k

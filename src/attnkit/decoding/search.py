@@ -51,36 +51,69 @@ class LengthPenalty:
         return log_prob / self(length)
 
 
-_TOPK_BLOCK = 64  # columns per block of row_topk's first pass
+_BLOCK = 64  # columns per block of the first pass of :func:`top_candidates`
 
 
-def row_topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """``torch.topk(x, k, dim=1)`` of (N, V) rows, sorted, in two passes when rows are long.
+def top_candidates(
+    lprobs: Tensor, scores: Tensor | None, count: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The ``count`` best ``scores[b, j] + lprobs[b, j, t]`` of every sentence ``b``, over all
+    its beams ``j`` and tokens ``t``, sorted best first, in two passes when rows are long.
 
-    torch's CPU top-k copies every row into (value, index) pairs before its partial sort.
-    The k largest values of a row lie in at most k of its blocks of 64 columns, the blocks
-    with the k largest maxima: one vectorised pass takes the blocks' maxima, and the top-k
-    then runs over those k blocks (and the columns after the last whole block) only. Same
-    values as ``torch.topk``; among equal values it may return other columns.
+    torch's CPU top-k pays about a microsecond for every row it ranks, and more for every
+    element: ranking each beam's whole row, then the beams' best together, costs twice what
+    this does at decoding shapes. Here the vocabulary is cut into blocks of 64 columns; a
+    candidate among the ``count`` best lies in one of the ``count`` blocks (of any beam) whose
+    best entry plus the beam's score is largest. One vectorised pass takes every block's
+    maximum, one top-k per sentence picks those blocks, and one more ranks their entries (and
+    the columns after the last whole block). The same values as ranking every candidate with
+    ``torch.topk``; among equal values it may return other (beam, token) pairs.
+
+    Args:
+        lprobs: (B, beams, V) float log-probabilities (forbidden tokens ``-inf``), contiguous.
+        scores: (B, beams) summed log-probabilities of the beams, or None for zeros.
+        count: candidates per sentence, at most ``beams x V``.
 
     Returns:
-        (values, columns), each (N, k).
+        ``(values, tokens, beams)``, each (B, count).
     """
-    n, v = x.shape
-    block = _TOPK_BLOCK
-    blocks = v // block
-    if blocks < 4 * k or not x.is_contiguous():
-        return torch.topk(x, k, dim=1)
-    whole = blocks * block
-    maxima = x[:, :whole].view(n, blocks, block).amax(dim=2)  # (N, blocks)
-    best = maxima.topk(k, dim=1, sorted=False).indices  # (N, k)
-    cols = best.unsqueeze(2) * block + torch.arange(block, device=x.device)  # (N, k, block)
-    cols = cols.view(n, k * block)
-    if whole < v:  # the columns after the last whole block are always candidates
-        tail = torch.arange(whole, v, device=x.device).expand(n, v - whole)
-        cols = torch.cat((cols, tail), dim=1)  # (N, k * block + tail)
-    values, where = x.gather(1, cols).topk(k, dim=1)  # (N, k) each, sorted
-    return values, cols.gather(1, where)
+    b, g, v = lprobs.shape
+    blocks = v // _BLOCK
+    if blocks < 4 * count or not lprobs.is_contiguous():  # short rows: rank them all
+        total = lprobs if scores is None else lprobs + scores.unsqueeze(-1)  # (B, beams, V)
+        values, index = total.reshape(b, g * v).topk(count, dim=1)  # (B, count) each
+        beams = torch.div(index, v, rounding_mode="floor")
+        return values, index - beams * v, beams
+    whole = blocks * _BLOCK
+    grid = lprobs[..., :whole].view(b, g, blocks, _BLOCK)  # (B, beams, blocks, 64)
+    maxima = grid.amax(dim=3)  # (B, beams, blocks)
+    if scores is not None:
+        maxima += scores.unsqueeze(-1)
+    best = maxima.view(b, g * blocks).topk(count, dim=1, sorted=False).indices  # (B, count)
+    beam_of = torch.div(best, blocks, rounding_mode="floor")  # (B, count)
+    block_of = best - beam_of * blocks  # (B, count)
+    sentence = torch.arange(b, device=lprobs.device).unsqueeze(1)  # (B, 1)
+    pool = grid[sentence, beam_of, block_of]  # (B, count, 64): the chosen blocks, copied
+    if scores is not None:
+        pool += scores.gather(1, beam_of).unsqueeze(-1)
+    pool = pool.view(b, count * _BLOCK)
+    tail = v - whole  # columns after the last whole block: always candidates
+    if tail:
+        rest = lprobs[..., whole:]  # (B, beams, tail)
+        if scores is not None:
+            rest = rest + scores.unsqueeze(-1)
+        pool = torch.cat((pool, rest.reshape(b, g * tail)), dim=1)  # (B, count * 64 + beams * tail)
+    values, where = pool.topk(count, dim=1)  # (B, count) each, sorted
+    chosen = torch.div(where, _BLOCK, rounding_mode="floor").clamp_(max=count - 1)  # (B, count)
+    beams = beam_of.gather(1, chosen)
+    tokens = block_of.gather(1, chosen).mul_(_BLOCK).add_(where.remainder(_BLOCK))
+    if tail:
+        past = where - count * _BLOCK  # >= 0: a tail column, beam-major
+        in_tail = past >= 0
+        tail_beam = torch.div(past, tail, rounding_mode="floor")
+        beams = torch.where(in_tail, tail_beam, beams)
+        tokens = torch.where(in_tail, past - tail_beam * tail + whole, tokens)
+    return values, tokens, beams
 
 
 class BeamSearch:
@@ -123,47 +156,10 @@ class BeamSearch:
             )
         if step == 0:
             lprobs = lprobs[:, :1, :]  # (B, 1, V)
-        # Two stages, same result: the best 2k of a sentence are among the best 2k tokens of
-        # each of its beams (a beam adds one constant to all its tokens). Adding the scores
-        # to (B, beam, 2k) instead of (B, beam, V) saves a pass over the vocabulary.
-        top_lprobs, top_tokens = torch.topk(lprobs, self.per_beam(lprobs.shape[2]), dim=2)
-        return self.combine(step, top_lprobs, top_tokens, scores)  # (B, beams, per_beam) each
-
-    def per_beam(self, vocab: int) -> int:
-        """How many of each beam's best tokens :meth:`combine` needs: ``min(2 x beam, V)``."""
-        return min(2 * self.beam_size, vocab)
-
-    def combine(
-        self, step: int, top_lprobs: Tensor, top_tokens: Tensor, scores: Tensor | None
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """The second stage of :meth:`step`, from each beam's best tokens.
-
-        Args:
-            step: as in :meth:`step`.
-            top_lprobs: (B, beams, per_beam) each beam's :meth:`per_beam` best
-                log-probabilities, sorted (``torch.topk``); beams is 1 at step 0.
-            top_tokens: (B, beams, per_beam) their tokens.
-            scores: as in :meth:`step`.
-
-        Returns:
-            As :meth:`step`.
-        """
-        if top_lprobs.dim() != 3 or top_tokens.shape != top_lprobs.shape:
-            raise ValueError(
-                f"top_lprobs, top_tokens: expected one shape (B, beams, per_beam), got "
-                f"{tuple(top_lprobs.shape)} and {tuple(top_tokens.shape)}"
-            )
-        if step == 0:  # every beam is the same bos: expand beam 0 only
-            top_lprobs, top_tokens = top_lprobs[:, :1], top_tokens[:, :1]
-        b, beams, per_beam = top_lprobs.shape
+        k = min(2 * self.beam_size, lprobs.shape[1] * lprobs.shape[2])
         if step > 0:
-            if scores is None or scores.shape != (b, beams):
+            if scores is None or scores.shape != lprobs.shape[:2]:
                 got = None if scores is None else tuple(scores.shape)
-                raise ValueError(f"scores: expected shape {(b, beams)}, got {got}")
-            top_lprobs = top_lprobs + scores.unsqueeze(-1)
-        flat = top_lprobs.reshape(b, beams * per_beam)  # (B, beams * per_beam)
-        k = min(2 * self.beam_size, flat.shape[1])
-        cand_scores, index = torch.topk(flat, k, dim=1)  # (B, k) each, sorted
-        cand_beams = torch.div(index, per_beam, rounding_mode="floor")
-        cand_tokens = top_tokens.reshape(b, -1).gather(1, index)
-        return cand_scores, cand_tokens, cand_beams
+                raise ValueError(f"scores: expected shape {tuple(lprobs.shape[:2])}, got {got}")
+            return top_candidates(lprobs, scores, k)
+        return top_candidates(lprobs, None, k)

@@ -130,7 +130,8 @@ def lprob_slices(
     """The log-probabilities of :func:`decode_one_token`, a slice of rows at a time.
 
     Yields ``(rows, lprobs)``: lprobs (rows, V) float32 of the hypotheses ``rows``, computed
-    just before it is yielded. Without ``keep`` every slice is written to the same scratch
+    just before it is yielded; a slice holds whole sentences (all :attr:`DecoderState.group`
+    rows of each). Without ``keep`` every slice is written to the same scratch
     buffer (about 8 MB), valid until the next slice is asked for: a search that reduces each
     slice at once (top-k, max) reads it from cache, not from memory, and no (N, V) tensor is
     written at all (at beam 5 with 500 sentences, 60 MB a step). With ``keep`` the slices are
@@ -156,8 +157,9 @@ def lprob_slices(
         def logits(rows: slice) -> Tensor:
             return model.output(hidden[rows])  # (rows, V)
 
-    n, vocab = state.tokens.shape[0], model.config.tgt_vocab_size
+    n, vocab, group = state.tokens.shape[0], model.config.tgt_vocab_size, state.group
     chunk = max(1, _HEAD_CHUNK_ELEMENTS // vocab)
+    chunk = max(group, chunk - chunk % group)  # whole sentences: all `group` rows of each
     rows_needed = n if keep else min(n, chunk)
     if state.lprobs is None or state.lprobs.shape[0] < rows_needed:
         state.lprobs = torch.empty(
