@@ -176,7 +176,7 @@ def packed_linears(model: nn.Module) -> Iterator[None]:
             and type(module.activation) is nn.ReLU
             and "forward" not in module.__dict__
         ):
-            module.forward = _feed_forward_relu(module)
+            module.forward = _feed_forward_relu(module, packed_weight(module.linear1))
             patched.append((module, "forward"))
     try:
         yield
@@ -208,9 +208,10 @@ def _project_q(module: MultiHeadAttention, packed: Tensor):
     return project_q
 
 
-def _feed_forward_relu(module: FeedForward):
-    """A ReLU feed-forward layer with the ReLU fused into its first product, outside
-    training (dropout) and gradients; the module's own forward otherwise."""
+def _feed_forward_relu(module: FeedForward, packed: Tensor | None):
+    """A ReLU feed-forward layer with the ReLU fused into its first product (``packed``: its
+    packed weight, or None for ``F.linear`` then ReLU), outside training (dropout) and
+    gradients; the module's own forward otherwise."""
     ref = weakref.ref(module)
 
     def forward(x: Tensor) -> Tensor:
@@ -218,7 +219,7 @@ def _feed_forward_relu(module: FeedForward):
         if m.training or torch.is_grad_enabled():
             return FeedForward.forward(m, x)
         first = m.linear1
-        hidden = _product(x, first.weight, first.bias, packed_weight(first), relu=True)
+        hidden = _product(x, first.weight, first.bias, packed, relu=True)
         return m.linear2(hidden)  # (..., d_model)
 
     return forward
