@@ -205,12 +205,12 @@ def test_translation_model_cross_queries_and_relu_feed_forward_are_packed(dtype)
     """Cross-attention's query rows of in_proj and the ReLU feed-forward layers run on packed
     weights within the block only, and the decoder gives F.linear's logits (float32: to
     rounding; bf16: the fused ReLU rounds as ReLU after the product does, so the packed
-    product with and without fusion agree exactly)."""
+    product with and without fusion agree exactly). Where oneDNN cannot pack the dtype, the
+    query rows stay unpatched and the feed-forward layer takes F.linear and ReLU."""
     from attnkit.modules import FeedForward, MultiHeadAttention
 
     model = tiny_translator().to(dtype)
-    if packed_weight(model.output) is None:
-        pytest.skip("oneDNN cannot run this dtype here")
+    packable = packed_weight(model.output) is not None  # False: bf16 with oneDNN capped at AVX2
     src, tgt = torch.randint(1, 60, (3, 9)), torch.randint(1, 60, (3, 6))
     with torch.inference_mode():
         want = model(src, tgt)
@@ -218,7 +218,7 @@ def test_translation_model_cross_queries_and_relu_feed_forward_are_packed(dtype)
             crosses = [m for m in model.modules() if type(m) is MultiHeadAttention]
             ffns = [m for m in model.modules() if type(m) is FeedForward]
             # every MHA has stacked in_proj here; the decoder's cross-attentions use _project_q
-            assert all("_project_q" in m.__dict__ for m in crosses)
+            assert all(("_project_q" in m.__dict__) is packable for m in crosses)
             assert ffns and all("forward" in m.__dict__ for m in ffns)
             got = model(src, tgt)
             ffn = ffns[0]
