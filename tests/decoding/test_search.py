@@ -148,3 +148,17 @@ def test_top_candidates_short_rows_and_nan_as_torch():
     values, tokens, beams = top_candidates(y, None, 5)
     assert math.isnan(values[1, 0].item()) and tokens[1, 0].item() == 4321
     assert torch.equal(values[0], torch.topk(y[0, 0], 5).values)
+
+
+@pytest.mark.parametrize("vocab", [6000, 6001])
+def test_top_candidates_of_a_sentence_do_not_depend_on_the_batch(vocab):
+    """Each sentence's candidates are the same ranked alone or with others (ties included: a
+    batch of beams decodes the same tokens whatever else it holds)."""
+    torch.manual_seed(vocab)
+    lprobs = torch.log_softmax(torch.randn(6, 5, vocab) * 3, dim=-1).to(torch.bfloat16).float()
+    scores = (torch.randn(6, 5) - 4).to(torch.bfloat16).float()  # ties across beams too
+    together = top_candidates(lprobs, scores, 10)
+    for i in range(6):
+        alone = top_candidates(lprobs[i : i + 1].contiguous(), scores[i : i + 1], 10)
+        for a, b in zip(alone, together, strict=True):
+            assert torch.equal(a[0], b[i])
