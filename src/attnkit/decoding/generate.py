@@ -240,10 +240,10 @@ def beam_search(model, src: Tensor, config: DecodingConfig) -> list[list[Hypothe
         row_max = limits.repeat_interleave(group) if step in limit_steps else None
         # The search's step runs on every slice of log-probabilities while it is in cache
         # (slices hold whole sentences: all `group` rows of each).
-        width = min(2 * k, group * vocab)
-        cand_scores = torch.empty(b, width, dtype=torch.float32, device=device)  # (b, 2k)
-        cand_tokens = torch.empty(b, width, dtype=torch.long, device=device)  # (b, 2k)
-        cand_beams = torch.empty(b, width, dtype=torch.long, device=device)  # (b, 2k)
+        count = min(2 * k, group * vocab)  # candidates search.step returns a sentence
+        cand_scores = torch.empty(b, count, dtype=torch.float32, device=device)  # (b, 2k)
+        cand_tokens = torch.empty(b, count, dtype=torch.long, device=device)  # (b, 2k)
+        cand_beams = torch.empty(b, count, dtype=torch.long, device=device)  # (b, 2k)
         for rows, lprobs in _constrained_slices(model, state, step, row_max, config, pad):
             part = slice(rows.start // group, rows.stop // group)  # the slice's sentences
             cand_scores[part], cand_tokens[part], cand_beams[part] = search.step(

@@ -200,8 +200,9 @@ class Translator:
             process-wide count is lowered for the duration of :meth:`translate` and restored
             afterwards). ``"processes"`` (Linux; elsewhere threads): ``workers`` processes
             forked at the first call, one operator thread each, each given a run of every
-            call's sentences by length with an equal share of the tokens; they share the model's memory with this process,
-            receive source ids and send back output ids. They are kept for the next calls (with
+            call's sentences by length with an equal share of the tokens
+            (:func:`length_shares`); they share the model's memory with this process, receive
+            source ids and send back output ids. They are kept for the next calls (with
             the oneDNN kernels they made for the shapes they met) while the model's weights are
             unchanged, keyed on storage and version counter as the packed weights of
             :mod:`attnkit.generation.packed` are (writes that do not bump the counter, as a
@@ -334,8 +335,8 @@ class Translator:
         (:func:`length_shares`), each translating its share one batch at a time on one
         operator thread."""
         order = sorted(range(len(sources)), key=lambda i: (len(sources[i]), i))
-        parts = length_shares([len(sources[i]) for i in order], self.workers)
-        parts = [[order[j] for j in part] for part in parts]
+        runs = length_shares([len(sources[i]) for i in order], self.workers)
+        parts = [[order[j] for j in run] for run in runs]
         shares = [[sources[i] for i in part] for part in parts]
         if self._pool_pid != os.getpid():  # this Translator was forked: the pool is not ours
             self._pool, self._pool_key, self._pool_pid = None, None, os.getpid()

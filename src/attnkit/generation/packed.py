@@ -37,16 +37,17 @@ additions differs (a few 1e-6 relative in float32, as between any two BLAS kerne
 
 :func:`packed_linears` routes every ``nn.Linear`` of a model through its packed weight for the
 duration of a ``with`` block, without changing the modules' code (each instance's ``forward``
-is replaced, and restored on exit). Two more products get the same treatment: cross-attention's
-query projection, the first rows of a stacked ``in_proj`` (a slice that ``F.linear`` would
-reorder at every call: 218 against 161 us a call in a 500-row decoding step on the Xeon), and a ReLU
-feed-forward layer's first product, with the ReLU fused into it (one pass less over the
-(rows, d_ff) hidden states outside training). A packed weight is made once and kept while its weight is
-unchanged (keyed on the tensor's storage and version counter, so ``load_state_dict`` and the
-default optimizers' steps are seen; writes through ``.data`` and fused optimizer steps,
-``torch.optim.Adam(fused=True)`` as attnkit's trainer uses, do not bump the counter and are
-not: call :func:`release` after them, as the trainer does after every evaluation). The copies
-cost the weights' size again in memory, freed with the model or by :func:`release`.
+is replaced, and restored on exit). Two more products get the same treatment:
+cross-attention's query projection, the first rows of a stacked ``in_proj`` (a slice that
+``F.linear`` would reorder at every call: 218 against 161 us a call in a 500-row decoding step
+on the Xeon), and a ReLU feed-forward layer's first product, with the ReLU fused into it (one
+pass less over the (rows, d_ff) hidden states outside training). A packed weight is made once
+and kept while its weight is unchanged (keyed on the tensor's storage and version counter, so
+``load_state_dict`` and the default optimizers' steps are seen; writes through ``.data`` and
+fused optimizer steps, ``torch.optim.Adam(fused=True)`` as attnkit's trainer uses, do not bump
+the counter and are not: call :func:`release` after them, as the trainer does after every
+evaluation). The copies cost the weights' size again in memory, freed with the model or by
+:func:`release`.
 """
 
 from __future__ import annotations
