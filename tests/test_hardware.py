@@ -24,11 +24,36 @@ from attnkit.hardware import (
     ],
 )
 def test_cpu_rule(capability, amx, fast, monkeypatch):
+    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):  # set by CI's AVX2 pass
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
     assert cpu_has_fast_bf16() is fast
     assert fast_inference_dtype("cpu") == (torch.bfloat16 if fast else torch.float32)
     assert cpu_attention_has_amx(torch.bfloat16) is amx  # AMX alone decides the path
+
+
+@pytest.mark.parametrize(
+    ("cap", "fast"),
+    [
+        (None, True),
+        ("ALL", True),
+        ("avx512_core_amx", True),
+        ("AVX2", False),  # the AVX2 emulation of CI's second pass
+        ("AVX512_CORE_BF16", False),
+    ],
+)
+def test_onednn_cap_hides_amx(cap, fast, monkeypatch):
+    """AMX tiles with a capped dispatch are fast only if oneDNN may still use them."""
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    if cap is None:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    else:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    assert cpu_has_fast_bf16() is fast
+    assert fast_inference_dtype("cpu") == (torch.bfloat16 if fast else torch.float32)
 
 
 @pytest.mark.parametrize(
