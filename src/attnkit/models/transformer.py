@@ -16,6 +16,7 @@ from attnkit.modules.decoder import Decoder
 from attnkit.modules.encoder import Encoder
 from attnkit.modules.kv_cache import KVCache
 from attnkit.modules.outputs import DecodeOutput, EncodeOutput
+from attnkit.modules.packing import real_rows
 from attnkit.modules.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 
 # Integer sizes of TransformerConfig: each from 1 to config_checks.MAX_SIZE.
@@ -146,8 +147,14 @@ class Transformer(nn.Module):
         x = embedding(ids) * math.sqrt(self.config.d_model)  # (B, T, d_model)
         return self.embed_dropout(self.positions(x, offset))
 
-    def encode(self, src: Tensor, *, return_weights: bool = False) -> EncodeOutput:
+    def encode(
+        self, src: Tensor, *, return_weights: bool = False, skip_padding: bool = False
+    ) -> EncodeOutput:
         """Encode source ids (B, S).
+
+        With ``skip_padding`` the feed-forward blocks compute the real positions only
+        (:mod:`attnkit.modules.packing`): the same memory at real positions, other values at
+        padding positions (which the source mask hides). Training's loss uses it.
 
         Returns:
             ``EncodeOutput(memory, src_mask, weights)``: memory (B, S, d_model), the source key
@@ -157,8 +164,9 @@ class Transformer(nn.Module):
         if src.dim() != 2:
             raise ValueError(f"src: expected token ids of shape (B, S), got {tuple(src.shape)}")
         src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, S)
+        rows = real_rows(src_mask.squeeze(1)) if skip_padding else None  # (M,) or None
         memory, weights = self.encoder(
-            self._embed(self.src_embed, src), src_mask, return_weights=return_weights
+            self._embed(self.src_embed, src), src_mask, return_weights=return_weights, rows=rows
         )
         return EncodeOutput(memory, src_mask, weights)
 
@@ -172,6 +180,7 @@ class Transformer(nn.Module):
         offset: int = 0,
         return_weights: bool = False,
         project: bool = True,
+        skip_padding: bool = False,
     ) -> DecodeOutput:
         """Target ids (B, T) -> logits (B, T, tgt_vocab).
 
@@ -184,13 +193,29 @@ class Transformer(nn.Module):
             ``DecodeOutput(output, self_weights, cross_weights)``: output the logits
             (B, T, tgt_vocab), or with ``project=False`` the decoder's hidden states
             (B, T, d_model) before the output layer; per-layer weights lists with
-            ``return_weights`` (else None).
+            ``return_weights`` (else None). With ``skip_padding`` and no caches the
+            feed-forward blocks compute the non-pad positions only: the same result there,
+            other values at the padding positions. Only for right-padded rows (a real
+            position attends to every earlier one, padding included, as it does here
+            without a target mask); other layouts are computed whole.
         """
         if tgt.dim() != 2:
             raise ValueError(f"tgt: expected token ids of shape (B, T), got {tuple(tgt.shape)}")
         x = self._embed(self.tgt_embed, tgt, offset)
+        rows = None
+        if skip_padding and caches is None:
+            keep = tgt != self.config.pad_id  # (B, T)
+            if not bool((keep[:, 1:] & ~keep[:, :-1]).any()):  # right-padded: pads last
+                rows = real_rows(keep)  # (M,) or None
         hidden, self_weights, cross_weights = self.decoder(
-            x, memory, None, src_mask, causal=True, caches=caches, return_weights=return_weights
+            x,
+            memory,
+            None,
+            src_mask,
+            causal=True,
+            caches=caches,
+            return_weights=return_weights,
+            rows=rows,
         )
         output = self.output(hidden) if project else hidden
         return DecodeOutput(output, self_weights, cross_weights)

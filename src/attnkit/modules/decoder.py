@@ -9,6 +9,7 @@ from attnkit.modules.feed_forward import FeedForward
 from attnkit.modules.kv_cache import KVCache
 from attnkit.modules.multihead import MultiHeadAttention
 from attnkit.modules.outputs import DecoderLayerOutput, DecoderOutput
+from attnkit.modules.packing import on_rows
 from attnkit.modules.residual import Residual
 
 
@@ -51,6 +52,7 @@ class DecoderLayer(nn.Module):
         causal: bool = True,
         cache: tuple[KVCache, KVCache] | None = None,
         return_weights: bool = False,
+        rows: Tensor | None = None,
     ) -> DecoderLayerOutput:
         """Decode one layer.
 
@@ -62,6 +64,8 @@ class DecoderLayer(nn.Module):
             causal: mask later target positions (aligned to the end with a cache).
             cache: (self-attention cache, cross-attention cache) for incremental decoding.
             return_weights: also return self- and cross-attention weights.
+            rows: the flattened target positions the feed-forward block computes
+                (:func:`~attnkit.modules.packing.real_rows`; None = all).
 
         Returns:
             ``DecoderLayerOutput(hidden, self_weights, cross_weights)``: hidden (B, T, d_model);
@@ -84,7 +88,7 @@ class DecoderLayer(nn.Module):
             cache=cross_cache,
         )
         x = self.cross_block.post(x, cross_attn.output)
-        x = self.ffn_block(x, self.ffn)
+        x = on_rows(x, rows, lambda h: self.ffn_block(h, self.ffn))  # (B, T, d_model)
         return DecoderLayerOutput(x, self_attn.weights, cross_attn.weights)
 
 
@@ -134,6 +138,7 @@ class Decoder(nn.Module):
         causal: bool = True,
         caches: list[tuple[KVCache, KVCache]] | None = None,
         return_weights: bool = False,
+        rows: Tensor | None = None,
     ) -> DecoderOutput:
         """Run every layer (arguments as :meth:`DecoderLayer.forward`, one cache pair per layer).
 
@@ -156,6 +161,7 @@ class Decoder(nn.Module):
                 causal=causal,
                 cache=None if caches is None else caches[i],
                 return_weights=return_weights,
+                rows=rows,
             )
             self_ws.append(self_w)
             cross_ws.append(cross_w)

@@ -16,6 +16,7 @@ from attnkit.modules.kv_cache import KVCache
 from attnkit.modules.multihead import MultiHeadAttention
 from attnkit.modules.norm import make_norm
 from attnkit.modules.outputs import EncoderOutput, LayerOutput
+from attnkit.modules.packing import on_rows
 from attnkit.modules.residual import Residual
 from attnkit.modules.rotary import RotaryAngles
 
@@ -90,6 +91,7 @@ class EncoderLayer(nn.Module):
         cache: KVCache | None = None,
         return_weights: bool = False,
         rotary: RotaryAngles | None = None,
+        rows: Tensor | None = None,
     ) -> LayerOutput:
         """Encode one layer.
 
@@ -102,6 +104,9 @@ class EncoderLayer(nn.Module):
                 queries attend to everything cached so far.
             return_weights: also return the self-attention weights.
             rotary: the angles of the T positions (rotary position embeddings).
+            rows: the flattened positions the feed-forward block computes
+                (:func:`~attnkit.modules.packing.real_rows`; None = all); the others keep
+                their values.
 
         Returns:
             ``LayerOutput(hidden, weights)``: hidden (B, T, d_model); weights (B, H, T, T_k)
@@ -116,7 +121,8 @@ class EncoderLayer(nn.Module):
             rotary=rotary,
         )
         x = self.attn_block.post(x, attn.output)
-        return LayerOutput(self.ffn_block(x, self.ffn), attn.weights)
+        x = on_rows(x, rows, lambda h: self.ffn_block(h, self.ffn))  # (B, T, d_model)
+        return LayerOutput(x, attn.weights)
 
 
 class Encoder(nn.Module):
@@ -172,6 +178,7 @@ class Encoder(nn.Module):
         caches: list[KVCache] | None = None,
         return_weights: bool = False,
         rotary: RotaryAngles | None = None,
+        rows: Tensor | None = None,
     ) -> EncoderOutput:
         """Run every layer (arguments as :meth:`EncoderLayer.forward`, one cache per layer).
 
@@ -187,7 +194,13 @@ class Encoder(nn.Module):
         for i, layer in enumerate(self.layers):
             cache = None if caches is None else caches[i]
             x, weights = layer(
-                x, mask, causal=causal, cache=cache, return_weights=return_weights, rotary=rotary
+                x,
+                mask,
+                causal=causal,
+                cache=cache,
+                return_weights=return_weights,
+                rotary=rotary,
+                rows=rows,
             )
             all_weights.append(weights)
         if self.norm is not None:

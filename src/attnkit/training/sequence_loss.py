@@ -20,10 +20,14 @@ def decoder_states(model: Transformer, src: Tensor, tgt_in: Tensor) -> Tensor:
     """Final decoder states (B, T, d_model), before the output projection.
 
     ``Transformer.forward`` projects every position to the vocabulary; training needs only
-    the real (non-pad) target positions, so the projection is left to the caller.
+    the real (non-pad) target positions, so the projection is left to the caller. The
+    feed-forward blocks skip padding positions (``skip_padding``): the states at real
+    positions are ``Transformer.decode``'s, those at padding positions are not.
     """
-    memory, src_mask, _ = model.encode(src)  # (B, S, d_model), (B, 1, S)
-    return model.decode(tgt_in, memory, src_mask, project=False).output  # (B, T, d_model)
+    memory, src_mask, _ = model.encode(src, skip_padding=True)  # (B, S, d_model), (B, 1, S)
+    return model.decode(
+        tgt_in, memory, src_mask, project=False, skip_padding=True
+    ).output  # (B, T, d_model)
 
 
 class SequenceLoss(nn.Module):
