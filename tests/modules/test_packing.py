@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.models import Transformer, TransformerConfig
-from attnkit.modules import FeedForward
-from attnkit.modules.packing import ROW_MULTIPLE, on_rows, real_rows
+from attnkit.modules import FeedForward, MultiHeadAttention
+from attnkit.modules.packing import ROW_MULTIPLE, Packing, real_rows
 from attnkit.training.sequence_loss import SequenceLoss
 
 PAD = 0
@@ -45,16 +45,29 @@ def test_real_rows_rejects_what_is_not_a_bool_matrix(bad):
         real_rows(bad)
 
 
-def test_on_rows_applies_the_function_to_the_rows_and_keeps_the_others():
+def test_pack_and_unpack_move_the_rows():
     torch.manual_seed(0)
     x = torch.randn(3, 5, 8)
-    rows = torch.tensor([0, 2, 7, 11])
+    packing = Packing(torch.tensor([0, 2, 7, 11]), 3, 5)
+    rows = packing.pack(x)
+    assert torch.equal(rows, x.reshape(-1, 8)[[0, 2, 7, 11]])
+    back = packing.unpack(rows)
+    want = torch.zeros(15, 8)
+    want[[0, 2, 7, 11]] = x.reshape(-1, 8)[[0, 2, 7, 11]]
+    assert torch.equal(back, want.view(3, 5, 8))
+    with pytest.raises(ValueError, match=r"x: expected shape \(3, 5, d\)"):
+        packing.pack(torch.randn(3, 6, 8))
+    with pytest.raises(ValueError, match=r"x: expected shape \(4, d\)"):
+        packing.unpack(torch.randn(5, 8))
 
-    out = on_rows(x, rows, lambda h: h * 2 + 1)
-    flat, want = x.reshape(-1, 8), x.reshape(-1, 8).clone()
-    want[rows] = flat[rows] * 2 + 1
-    assert torch.equal(out.reshape(-1, 8), want)
-    assert torch.equal(on_rows(x, None, torch.tanh), torch.tanh(x))
+
+def test_attention_with_packing_refuses_a_cache_and_weights():
+    mha = MultiHeadAttention(8, 2)
+    packing = Packing(torch.tensor([0, 1]), 1, 3)
+    with pytest.raises(ValueError, match="packing: not supported"):
+        mha(torch.randn(2, 8), packing=packing, return_weights=True)
+    with pytest.raises(ValueError, match=r"x: expected packed rows \(M, 8\)"):
+        mha(torch.randn(1, 3, 8), packing=packing)
 
 
 def _model() -> Transformer:
@@ -131,7 +144,10 @@ def test_states_at_real_positions_are_the_padded_ones():
         packed_memory, _, _ = model.encode(src, skip_padding=True)
         keep = src != PAD
         torch.testing.assert_close(packed_memory[keep], memory[keep], rtol=0, atol=1e-12)
-        assert not torch.equal(packed_memory[~keep], memory[~keep])  # pads really skipped
+        computed = torch.zeros(keep.numel(), dtype=torch.bool)
+        computed[real_rows(keep)] = True
+        skipped = ~computed.view_as(keep)  # padding positions that are not rows
+        assert skipped.any() and not packed_memory[skipped].any()  # skipped: zeros
         hidden = model.decode(tgt, memory, mask, project=False).output
         packed = model.decode(tgt, memory, mask, project=False, skip_padding=True).output
         real = tgt != PAD

@@ -16,7 +16,7 @@ from attnkit.modules.decoder import Decoder
 from attnkit.modules.encoder import Encoder
 from attnkit.modules.kv_cache import KVCache
 from attnkit.modules.outputs import DecodeOutput, EncodeOutput
-from attnkit.modules.packing import real_rows
+from attnkit.modules.packing import Packing
 from attnkit.modules.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 
 # Integer sizes of TransformerConfig: each from 1 to config_checks.MAX_SIZE.
@@ -152,9 +152,10 @@ class Transformer(nn.Module):
     ) -> EncodeOutput:
         """Encode source ids (B, S).
 
-        With ``skip_padding`` the feed-forward blocks compute the real positions only
-        (:mod:`attnkit.modules.packing`): the same memory at real positions, other values at
-        padding positions (which the source mask hides). Training's loss uses it.
+        With ``skip_padding`` (and no ``return_weights``) the layers compute the real
+        positions only, as rows (:mod:`attnkit.modules.packing`): the same memory at real
+        positions, zeros at padding positions (which the source mask hides). Training's loss
+        uses it.
 
         Returns:
             ``EncodeOutput(memory, src_mask, weights)``: memory (B, S, d_model), the source key
@@ -164,9 +165,13 @@ class Transformer(nn.Module):
         if src.dim() != 2:
             raise ValueError(f"src: expected token ids of shape (B, S), got {tuple(src.shape)}")
         src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, S)
-        rows = real_rows(src_mask.squeeze(1)) if skip_padding else None  # (M,) or None
+        pack = skip_padding and not return_weights
+        packing = Packing.of(src_mask.squeeze(1)) if pack else None
         memory, weights = self.encoder(
-            self._embed(self.src_embed, src), src_mask, return_weights=return_weights, rows=rows
+            self._embed(self.src_embed, src),
+            src_mask,
+            return_weights=return_weights,
+            packing=packing,
         )
         return EncodeOutput(memory, src_mask, weights)
 
@@ -193,20 +198,21 @@ class Transformer(nn.Module):
             ``DecodeOutput(output, self_weights, cross_weights)``: output the logits
             (B, T, tgt_vocab), or with ``project=False`` the decoder's hidden states
             (B, T, d_model) before the output layer; per-layer weights lists with
-            ``return_weights`` (else None). With ``skip_padding`` and no caches the
-            feed-forward blocks compute the non-pad positions only: the same result there,
-            other values at the padding positions. Only for right-padded rows (a real
-            position attends to every earlier one, padding included, as it does here
-            without a target mask); other layouts are computed whole.
+            ``return_weights`` (else None). With ``skip_padding`` (no caches, no
+            ``return_weights``) the layers compute the non-pad positions only, as rows
+            (:mod:`attnkit.modules.packing`): the same result there, zeros at the padding
+            positions. Only for right-padded rows (a real position attends to every earlier
+            one, padding included, as it does here without a target mask); other layouts
+            are computed whole.
         """
         if tgt.dim() != 2:
             raise ValueError(f"tgt: expected token ids of shape (B, T), got {tuple(tgt.shape)}")
         x = self._embed(self.tgt_embed, tgt, offset)
-        rows = None
-        if skip_padding and caches is None:
+        packing = None
+        if skip_padding and caches is None and not return_weights:
             keep = tgt != self.config.pad_id  # (B, T)
             if not bool((keep[:, 1:] & ~keep[:, :-1]).any()):  # right-padded: pads last
-                rows = real_rows(keep)  # (M,) or None
+                packing = Packing.of(keep)
         hidden, self_weights, cross_weights = self.decoder(
             x,
             memory,
@@ -215,7 +221,7 @@ class Transformer(nn.Module):
             causal=True,
             caches=caches,
             return_weights=return_weights,
-            rows=rows,
+            packing=packing,
         )
         output = self.output(hidden) if project else hidden
         return DecodeOutput(output, self_weights, cross_weights)

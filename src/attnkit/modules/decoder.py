@@ -9,7 +9,7 @@ from attnkit.modules.feed_forward import FeedForward
 from attnkit.modules.kv_cache import KVCache
 from attnkit.modules.multihead import MultiHeadAttention
 from attnkit.modules.outputs import DecoderLayerOutput, DecoderOutput
-from attnkit.modules.packing import on_rows
+from attnkit.modules.packing import Packing
 from attnkit.modules.residual import Residual
 
 
@@ -52,7 +52,7 @@ class DecoderLayer(nn.Module):
         causal: bool = True,
         cache: tuple[KVCache, KVCache] | None = None,
         return_weights: bool = False,
-        rows: Tensor | None = None,
+        packing: Packing | None = None,
     ) -> DecoderLayerOutput:
         """Decode one layer.
 
@@ -64,8 +64,8 @@ class DecoderLayer(nn.Module):
             causal: mask later target positions (aligned to the end with a cache).
             cache: (self-attention cache, cross-attention cache) for incremental decoding.
             return_weights: also return self- and cross-attention weights.
-            rows: the flattened target positions the feed-forward block computes
-                (:func:`~attnkit.modules.packing.real_rows`; None = all).
+            packing: x is (M, d_model), the rows of the (B, T) targets that
+                :class:`~attnkit.modules.packing.Packing` lists (training; no cache).
 
         Returns:
             ``DecoderLayerOutput(hidden, self_weights, cross_weights)``: hidden (B, T, d_model);
@@ -78,6 +78,7 @@ class DecoderLayer(nn.Module):
             causal=causal,
             return_weights=return_weights,
             cache=self_cache,
+            packing=packing,
         )
         x = self.self_block.post(x, self_attn.output)
         cross_attn = self.cross_attn(
@@ -86,9 +87,10 @@ class DecoderLayer(nn.Module):
             mask=memory_mask,
             return_weights=return_weights,
             cache=cross_cache,
+            packing=packing,
         )
         x = self.cross_block.post(x, cross_attn.output)
-        x = on_rows(x, rows, lambda h: self.ffn_block(h, self.ffn))  # (B, T, d_model)
+        x = self.ffn_block(x, self.ffn)
         return DecoderLayerOutput(x, self_attn.weights, cross_attn.weights)
 
 
@@ -138,9 +140,12 @@ class Decoder(nn.Module):
         causal: bool = True,
         caches: list[tuple[KVCache, KVCache]] | None = None,
         return_weights: bool = False,
-        rows: Tensor | None = None,
+        packing: Packing | None = None,
     ) -> DecoderOutput:
         """Run every layer (arguments as :meth:`DecoderLayer.forward`, one cache pair per layer).
+
+        With ``packing`` x is still (B, T, d_model): the stack packs it into rows, runs the
+        layers on them, and returns (B, T, d_model) with zeros at the positions not packed.
 
         Returns:
             ``DecoderOutput(hidden, self_weights, cross_weights)``: hidden (B, T, d_model);
@@ -151,6 +156,8 @@ class Decoder(nn.Module):
                 f"caches: expected one (self, cross) KVCache pair per layer ({len(self.layers)}), "
                 f"got {len(caches)}"
             )
+        if packing is not None:
+            x = packing.pack(x)  # (M, d_model)
         self_ws, cross_ws = [], []
         for i, layer in enumerate(self.layers):
             x, self_w, cross_w = layer(
@@ -161,12 +168,14 @@ class Decoder(nn.Module):
                 causal=causal,
                 cache=None if caches is None else caches[i],
                 return_weights=return_weights,
-                rows=rows,
+                packing=packing,
             )
             self_ws.append(self_w)
             cross_ws.append(cross_w)
         if self.norm is not None:
             x = self.norm(x)
+        if packing is not None:
+            x = packing.unpack(x)  # (B, T, d_model)
         if not return_weights:
             return DecoderOutput(x, None, None)
         return DecoderOutput(x, self_ws, cross_ws)

@@ -16,7 +16,7 @@ from attnkit.modules.kv_cache import KVCache
 from attnkit.modules.multihead import MultiHeadAttention
 from attnkit.modules.norm import make_norm
 from attnkit.modules.outputs import EncoderOutput, LayerOutput
-from attnkit.modules.packing import on_rows
+from attnkit.modules.packing import Packing
 from attnkit.modules.residual import Residual
 from attnkit.modules.rotary import RotaryAngles
 
@@ -91,7 +91,7 @@ class EncoderLayer(nn.Module):
         cache: KVCache | None = None,
         return_weights: bool = False,
         rotary: RotaryAngles | None = None,
-        rows: Tensor | None = None,
+        packing: Packing | None = None,
     ) -> LayerOutput:
         """Encode one layer.
 
@@ -104,9 +104,8 @@ class EncoderLayer(nn.Module):
                 queries attend to everything cached so far.
             return_weights: also return the self-attention weights.
             rotary: the angles of the T positions (rotary position embeddings).
-            rows: the flattened positions the feed-forward block computes
-                (:func:`~attnkit.modules.packing.real_rows`; None = all); the others keep
-                their values.
+            packing: x is (M, d_model), the rows of the (B, T) batch that
+                :class:`~attnkit.modules.packing.Packing` lists (training; no cache).
 
         Returns:
             ``LayerOutput(hidden, weights)``: hidden (B, T, d_model); weights (B, H, T, T_k)
@@ -119,10 +118,10 @@ class EncoderLayer(nn.Module):
             cache=cache,
             return_weights=return_weights,
             rotary=rotary,
+            packing=packing,
         )
         x = self.attn_block.post(x, attn.output)
-        x = on_rows(x, rows, lambda h: self.ffn_block(h, self.ffn))  # (B, T, d_model)
-        return LayerOutput(x, attn.weights)
+        return LayerOutput(self.ffn_block(x, self.ffn), attn.weights)
 
 
 class Encoder(nn.Module):
@@ -178,9 +177,12 @@ class Encoder(nn.Module):
         caches: list[KVCache] | None = None,
         return_weights: bool = False,
         rotary: RotaryAngles | None = None,
-        rows: Tensor | None = None,
+        packing: Packing | None = None,
     ) -> EncoderOutput:
         """Run every layer (arguments as :meth:`EncoderLayer.forward`, one cache per layer).
+
+        With ``packing`` x is still (B, T, d_model): the stack packs it into rows, runs the
+        layers on them, and returns (B, T, d_model) with zeros at the positions not packed.
 
         Returns:
             ``EncoderOutput(hidden, weights)``: hidden (B, T, d_model); weights a list of one
@@ -190,6 +192,8 @@ class Encoder(nn.Module):
             raise ValueError(
                 f"caches: expected one KVCache per layer ({len(self.layers)}), got {len(caches)}"
             )
+        if packing is not None:
+            x = packing.pack(x)  # (M, d_model)
         all_weights = []
         for i, layer in enumerate(self.layers):
             cache = None if caches is None else caches[i]
@@ -200,9 +204,11 @@ class Encoder(nn.Module):
                 cache=cache,
                 return_weights=return_weights,
                 rotary=rotary,
-                rows=rows,
+                packing=packing,
             )
             all_weights.append(weights)
         if self.norm is not None:
             x = self.norm(x)
+        if packing is not None:
+            x = packing.unpack(x)  # (B, T, d_model)
         return EncoderOutput(x, all_weights if return_weights else None)

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from attnkit.attention import scaled_dot_product_attention
 from attnkit.modules.kv_cache import KVCache
 from attnkit.modules.outputs import AttentionOutput
+from attnkit.modules.packing import Packing
 from attnkit.modules.rotary import RotaryAngles
 
 
@@ -143,11 +144,15 @@ class MultiHeadAttention(nn.Module):
         k, v = kv.chunk(2, dim=-1)  # (B, T_k, H_kv hd) each
         return self._split_heads(k, self.num_kv_heads), self._split_heads(v, self.num_kv_heads)
 
-    def _project_self(self, x: Tensor, rotary: RotaryAngles | None) -> tuple[Tensor, ...]:
+    def _project_self(
+        self, x: Tensor, rotary: RotaryAngles | None, packing: Packing | None = None
+    ) -> tuple[Tensor, ...]:
         """Queries, keys and values of self-attention, rotated by ``rotary``: (B, H, T, hd),
-        (B, H_kv, T, hd), (B, H_kv, T, hd)."""
-        b, t, _ = x.shape
-        qkv = self.in_proj(x)  # (B, T, D + 2 H_kv hd)
+        (B, H_kv, T, hd), (B, H_kv, T, hd). With ``packing``, x is (M, D) rows."""
+        qkv = self.in_proj(x)  # (B, T, D + 2 H_kv hd) or (M, ...)
+        if packing is not None:
+            qkv = packing.unpack(qkv)  # (B, T, D + 2 H_kv hd), zeros at padding
+        b, t, _ = qkv.shape
         if self.num_kv_heads == self.num_heads and rotary is None:
             qkv = qkv.view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
             return qkv.unbind(0)  # (B, H, T, hd) each
@@ -176,6 +181,7 @@ class MultiHeadAttention(nn.Module):
         return_weights: bool = False,
         cache: KVCache | None = None,
         rotary: RotaryAngles | None = None,
+        packing: Packing | None = None,
     ) -> AttentionOutput:
         """Attend from ``x`` to itself, or to ``context`` (cross-attention).
 
@@ -195,15 +201,30 @@ class MultiHeadAttention(nn.Module):
                 ``context`` again.
             rotary: self-attention only: the angles of the T_q positions of ``x``
                 (:class:`~attnkit.modules.RotaryEmbedding`), rotating queries and keys.
+            packing: x holds only the rows :class:`~attnkit.modules.packing.Packing` lists,
+                (M, d_model): the projections run on them, the queries, keys and values are
+                scattered into the (B, T_q) layout for attention (zeros elsewhere, which the
+                mask must hide) and the output is gathered back to (M, d_model). Training
+                only: not with a cache or ``return_weights``.
 
         Returns:
-            ``AttentionOutput(output, weights)``: output (B, T_q, d_model); weights
+            ``AttentionOutput(output, weights)``: output (B, T_q, d_model) (with
+            ``packing``, (M, d_model)); weights
             (B, H, T_q, T_k) with ``return_weights``, else None (as ``torch.nn.MultiheadAttention``
             always returns a pair).
         """
-        if x.dim() != 3 or x.shape[-1] != self.d_model:
+        if packing is not None:
+            if x.dim() != 2 or x.shape[-1] != self.d_model:
+                raise ValueError(
+                    f"x: expected packed rows (M, {self.d_model}), got {tuple(x.shape)}"
+                )
+            if cache is not None or return_weights:
+                raise ValueError("packing: not supported with a cache or return_weights")
+            b, t_q = packing.batch, packing.length
+        elif x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x: expected shape (B, T, {self.d_model}), got {tuple(x.shape)}")
-        b, t_q, _ = x.shape
+        else:
+            b, t_q, _ = x.shape
         cross = context is not None
         group = 1  # query rows per context row
         if context is not None:
@@ -228,7 +249,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError("window, rotary: options of self-attention, not cross-attention")
 
         if not cross:
-            q, k, v = self._project_self(x, rotary)  # (B, H, T_q, hd), (B, H_kv, T_q, hd) x2
+            q, k, v = self._project_self(x, rotary, packing)  # (B, H, T_q, hd), (B, H_kv, ...)
             if cache is not None:
                 k, v = cache.update(k, v)  # (B, H_kv, T_k, hd)
                 if mask is not None:
@@ -236,7 +257,10 @@ class MultiHeadAttention(nn.Module):
         else:
             # Cross-attention has no order among queries: the `group` query rows that share a
             # context row become one row of group * T_q queries.
-            q = self._project_q(x).reshape(b // group, group * t_q, self.d_model)
+            q = self._project_q(x)  # (B, T_q, D) or (M, D)
+            if packing is not None:
+                q = packing.unpack(q)  # (B, T_q, D)
+            q = q.reshape(b // group, group * t_q, self.d_model)
             q = self._split_heads(q)  # (B_ctx, H, group * T_q, hd)
             if cache is not None and cache.length > 0:
                 k, v = cache.get()
@@ -259,6 +283,8 @@ class MultiHeadAttention(nn.Module):
         )
         out, weights = result if return_weights else (result, None)
         out = out.transpose(1, 2).reshape(b, t_q, self.d_model)  # (B, T_q, D)
+        if packing is not None:
+            out = packing.pack(out)  # (M, D)
         if weights is not None and group > 1:
             # (B_ctx, H, group * T_q, T_k) -> (B, H, T_q, T_k)
             weights = weights.view(b // group, self.num_heads, group, t_q, -1).transpose(1, 2)

@@ -1,35 +1,39 @@
-"""Position-wise sublayers on the real positions only, in training.
+"""A padded batch's real positions as rows: the layers compute padding only inside attention.
 
 A padded batch computes its padding too: in Multi30k's batches of the translation config
 (lengths bucketed, widths padded to a multiple of 8 for oneDNN's kernel cache) 21% of the
-source and 25% of the target positions are padding. Attention needs the (B, T) layout, but
-the feed-forward block (norm, two products, dropout, residual) treats every position alone,
-so it can run on the real positions only: gather them into (N, d_model) rows, compute, and
-write the results back (the technique of BERT implementations that "unpad", e.g.
-FasterTransformer's and Hugging Face's varlen paths). The padding positions keep their input
-values: nothing reads them (the keys are masked, the decoder is causal and right-padded, the
-loss skips them), so the loss and every gradient are those of the padded computation
-(``tests/modules/test_packing.py``), while the padding positions' own outputs are not.
+source and 25% of the target positions are padding. Only attention needs the (B, T) layout;
+the norms, projections, dropout, residual additions and the feed-forward layer treat every
+position alone. So in training the encoder and decoder carry their states as (M, d_model)
+rows of real positions (:meth:`Packing.pack`), and multi-head attention scatters its
+projected queries, keys and values into the (B, T) layout for the one attention function and
+gathers its output back (:meth:`Packing.unpack`, :meth:`Packing.pack`): the technique of the
+BERT implementations that "unpad" (FasterTransformer, Hugging Face's varlen paths).
 
-The row count is rounded up to a multiple of :data:`ROW_MULTIPLE` with padding positions, so
-that the products see few shapes (oneDNN compiles a kernel per shape, as
+Padding positions enter attention as zero vectors, which the masks hide from every real
+position (source keys by the padding mask; the decoder is causal and right-padded), so the
+states at real positions, the loss and every gradient are those of the padded computation
+(``tests/modules/test_packing.py``); the stack's output has zeros at padding positions.
+
+The row count M is rounded up to a multiple of :data:`ROW_MULTIPLE` with padding positions,
+so that the products see few shapes (oneDNN compiles a kernel per shape, as
 :mod:`attnkit.training.loss` pads its chunks for).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 ROW_MULTIPLE = 64
 
-__all__ = ["ROW_MULTIPLE", "on_rows", "real_rows"]
+__all__ = ["ROW_MULTIPLE", "Packing", "real_rows"]
 
 
 def real_rows(keep: Tensor, multiple: int = ROW_MULTIPLE) -> Tensor | None:
-    """The flattened positions a position-wise sublayer must compute.
+    """The flattened positions the layers must compute.
 
     Args:
         keep: (B, T) bool, True at real (non-pad) positions.
@@ -54,14 +58,38 @@ def real_rows(keep: Tensor, multiple: int = ROW_MULTIPLE) -> Tensor | None:
     return order[:rows]
 
 
-def on_rows(x: Tensor, rows: Tensor | None, fn: Callable[[Tensor], Tensor]) -> Tensor:
-    """``fn``, a position-wise function of (..., d) -> (..., d), applied to the positions
-    ``rows`` of x (B, T, d) flattened; the other positions keep their values.
+@dataclass(frozen=True)
+class Packing:
+    """Which positions of a (B, T) batch are computed as rows.
 
-    With ``rows`` None, ``fn(x)``.
+    Attributes:
+        rows: (M,) indices into the flattened B x T positions (:func:`real_rows`).
+        batch: B.
+        length: T.
     """
-    if rows is None:
-        return fn(x)
-    flat = x.reshape(-1, x.shape[-1])  # (B x T, d)
-    out = fn(flat.index_select(0, rows))  # (M, d)
-    return flat.index_copy(0, rows, out.to(flat.dtype)).view(x.shape)
+
+    rows: Tensor
+    batch: int
+    length: int
+
+    @classmethod
+    def of(cls, keep: Tensor, multiple: int = ROW_MULTIPLE) -> Packing | None:
+        """The packing of ``keep`` (B, T) (True = real position), or None when nothing would
+        be skipped."""
+        rows = real_rows(keep, multiple)
+        return None if rows is None else cls(rows, keep.shape[0], keep.shape[1])
+
+    def pack(self, x: Tensor) -> Tensor:
+        """(B, T, d) -> (M, d): the rows' states."""
+        if x.dim() != 3 or x.shape[:2] != (self.batch, self.length):
+            raise ValueError(
+                f"x: expected shape ({self.batch}, {self.length}, d), got {tuple(x.shape)}"
+            )
+        return x.reshape(-1, x.shape[-1]).index_select(0, self.rows)
+
+    def unpack(self, x: Tensor) -> Tensor:
+        """(M, d) -> (B, T, d), zeros at the positions that are not rows."""
+        if x.dim() != 2 or x.shape[0] != self.rows.numel():
+            raise ValueError(f"x: expected shape ({self.rows.numel()}, d), got {tuple(x.shape)}")
+        full = x.new_zeros(self.batch * self.length, x.shape[-1])
+        return full.index_copy(0, self.rows, x).view(self.batch, self.length, -1)
