@@ -10,10 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnkit.models import Transformer, TransformerConfig
+from attnkit.models import Transformer
 from attnkit.modules import FeedForward, MultiHeadAttention
 from attnkit.modules.packing import ROW_MULTIPLE, Packing, real_rows
 from attnkit.training.sequence_loss import SequenceLoss
+from tests.helpers.decoding import tiny_config
 
 PAD = 0
 
@@ -72,20 +73,7 @@ def test_attention_with_packing_refuses_a_cache_and_weights():
 
 def _model() -> Transformer:
     torch.manual_seed(0)
-    cfg = TransformerConfig(
-        src_vocab_size=31,
-        tgt_vocab_size=31,
-        d_model=16,
-        num_heads=2,
-        d_ff=32,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        dropout=0.0,
-        attn_dropout=0.0,
-        norm_first=True,
-        pad_id=PAD,
-    )
-    return Transformer(cfg).double()
+    return Transformer(tiny_config(31, norm_first=True, pad_id=PAD, max_len=64)).double()
 
 
 def _batch(seed: int = 1):
