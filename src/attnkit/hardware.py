@@ -32,17 +32,12 @@ def _cpu_has(feature: str) -> bool:
     return bool(getattr(torch.cpu, f"_is_{feature}_supported", lambda: False)())
 
 
-def _onednn_isa_cap() -> str:
-    """oneDNN's ``ONEDNN_MAX_CPU_ISA`` (or its old name ``DNNL_MAX_CPU_ISA``), upper case;
-    ``"ALL"`` when unset."""
-    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL"
-    return cap.strip().upper()
-
-
 def _onednn_may_use_amx() -> bool:
-    """False when ``ONEDNN_MAX_CPU_ISA`` caps oneDNN below AMX (e.g. ``AVX2``, the setting
-    that makes an AMX machine compute as an AVX2-only one, or ``AVX512_CORE_BF16``)."""
-    cap = _onednn_isa_cap()
+    """False when ``ONEDNN_MAX_CPU_ISA`` (or its old name ``DNNL_MAX_CPU_ISA``) caps oneDNN
+    below AMX (e.g. ``AVX2``, the setting that makes an AMX machine compute as an AVX2-only
+    one, or ``AVX512_CORE_BF16``)."""
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL"
+    cap = cap.strip().upper()
     return cap in ("ALL", "DEFAULT") or "AMX" in cap
 
 
