@@ -23,9 +23,7 @@ from attnkit.hardware import (
         ("AVX2", True, True),  # AMX tiles with a capped dispatch
     ],
 )
-def test_cpu_rule(capability, amx, fast, monkeypatch):
-    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):  # set by CI's AVX2 pass
-        monkeypatch.delenv(name, raising=False)
+def test_cpu_rule(capability, amx, fast, monkeypatch, uncapped_onednn):
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
     assert cpu_has_fast_bf16() is fast
@@ -43,14 +41,11 @@ def test_cpu_rule(capability, amx, fast, monkeypatch):
         ("AVX512_CORE_BF16", False),
     ],
 )
-def test_onednn_cap_hides_amx(cap, fast, monkeypatch):
+def test_onednn_cap_hides_amx(cap, fast, monkeypatch, uncapped_onednn):
     """AMX tiles with a capped dispatch are fast only if oneDNN may still use them."""
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
-    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
-    if cap is None:
-        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
-    else:
+    if cap is not None:
         monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
     assert cpu_has_fast_bf16() is fast
     assert fast_inference_dtype("cpu") == (torch.bfloat16 if fast else torch.float32)
