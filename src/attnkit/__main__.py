@@ -1,8 +1,6 @@
 """`python -m attnkit` (and `torchrun -m attnkit`) runs the command line."""
 
-import sys
-
-from attnkit.cli import main
+from attnkit.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -38,6 +38,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from attnkit import allocator
 from attnkit import model_folder as mf
 from attnkit.files import write_text
 from attnkit.training import checkpoint as ckpt
@@ -197,13 +198,15 @@ class Trainer:
         if info.is_main:
             self._log_handler = add_file_handler(self.out_dir / LOG_FILE)
         logger.info(
-            "%s run in %s: %d process(es), device %s, %d thread(s) each, torch %s",
+            "%s run in %s: %d process(es), device %s, %d thread(s) each, torch %s, "
+            "memory allocator %s",
             "resuming" if resume_from is not None else "starting",
             self.out_dir,
             info.world_size,
             info.device,
             threads,
             torch.__version__,
+            allocator.active(),
         )
         self.metrics = MetricsLog(self.out_dir / METRICS_FILE, enabled=info.is_main)
         run = RunContext(

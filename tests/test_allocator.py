@@ -1,0 +1,190 @@
+"""The memory allocator of the `attnkit` program: mimalloc preloaded on Linux, the user's choice
+(ATTNKIT_ALLOCATOR, an allocator already in LD_PRELOAD) kept, a bad value refused."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnkit import allocator
+
+linux_only = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="LD_PRELOAD and the mimalloc wheel are Linux's"
+)
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MIMALLOC_PURGE_DELAY")}
+    env.pop(allocator.ENV_VAR, None)
+    env.pop("_ATTNKIT_ALLOCATOR_PRELOADED", None)
+    env.update(extra)
+    return env
+
+
+@linux_only
+def test_the_mimalloc_wheel_ships_a_shared_library():
+    path = allocator.mimalloc_path()
+    assert path is not None and path.is_file()
+    assert path.read_bytes()[:4] == b"\x7fELF"
+
+
+@pytest.fixture
+def on_linux_with_mimalloc(monkeypatch, tmp_path):
+    """The decision alone, on any platform: Linux with a mimalloc library at a fake path."""
+    library = tmp_path / "libmimalloc.so"
+    monkeypatch.setattr(allocator.sys, "platform", "linux")
+    monkeypatch.setattr(allocator, "mimalloc_path", lambda: library)
+    return library
+
+
+def test_the_command_line_preloads_mimalloc_and_never_returns_memory(on_linux_with_mimalloc):
+    env = allocator.preload_env(_env(), "train")
+    assert env is not None
+    assert env["LD_PRELOAD"] == str(on_linux_with_mimalloc)
+    assert env["MIMALLOC_PURGE_DELAY"] == "-1"
+    # Executed again with it, the process does not execute itself a third time.
+    assert allocator.preload_env(env, "train") is None
+    # The user's own mimalloc settings stand.
+    tuned = allocator.preload_env(_env(MIMALLOC_PURGE_DELAY="50"), "train")
+    assert tuned is not None and tuned["MIMALLOC_PURGE_DELAY"] == "50"
+
+
+@pytest.mark.parametrize(
+    ("extra", "command"),
+    [
+        ({"ATTNKIT_ALLOCATOR": "system"}, "train"),
+        ({"ATTNKIT_ALLOCATOR": " System "}, "train"),
+        ({"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"}, "train"),
+        ({"LD_PRELOAD": "/usr/lib/libtcmalloc_minimal.so.4"}, "evaluate"),
+        ({"LD_PRELOAD": "/usr/lib/gcc/libasan.so.8"}, "train"),  # must come first
+        ({}, "serve"),  # returns idle memory with glibc's malloc_trim (attnkit.serve.memory)
+    ],
+)
+def test_no_preload_when_the_user_or_the_command_says_otherwise(
+    on_linux_with_mimalloc, extra, command
+):
+    assert allocator.preload_env(_env(**extra), command) is None
+
+
+def test_no_preload_off_linux(on_linux_with_mimalloc, monkeypatch):
+    monkeypatch.setattr(allocator.sys, "platform", "darwin")
+    assert allocator.preload_env(_env(), "train") is None
+
+
+def test_no_preload_without_the_library(monkeypatch, capsys):
+    monkeypatch.setattr(allocator.sys, "platform", "linux")
+    monkeypatch.setattr(allocator, "mimalloc_path", lambda: None)
+    assert allocator.preload_env(_env(), "train") is None
+    assert capsys.readouterr().err == ""  # the default: nothing to say
+    assert allocator.preload_env(_env(ATTNKIT_ALLOCATOR="mimalloc"), "train") is None
+    assert "pip install cmeel-mimalloc" in capsys.readouterr().err  # asked for: said
+
+
+class _Exec:
+    def __init__(self, error: Exception | None = None) -> None:
+        self.calls: list[tuple] = []
+        self.error = error
+
+    def __call__(self, path, args, env):
+        self.calls.append((path, args, env))
+        if self.error is not None:
+            raise self.error
+
+
+def test_reexec_keeps_the_interpreter_its_options_and_the_arguments(
+    on_linux_with_mimalloc, monkeypatch
+):
+    for name in ("LD_PRELOAD", allocator.ENV_VAR, "_ATTNKIT_ALLOCATOR_PRELOADED"):
+        monkeypatch.delenv(name, raising=False)
+    execve = _Exec()
+    monkeypatch.setattr(allocator.os, "execve", execve)
+    monkeypatch.setattr(sys, "orig_argv", ["python3", "-X", "utf8", "-m", "attnkit", "-v", "train"])
+    allocator.reexec_if_needed(["-v", "train"])
+    [(path, args, env)] = execve.calls
+    assert path == sys.executable
+    assert args == [sys.executable, "-X", "utf8", "-m", "attnkit", "-v", "train"]
+    assert env["LD_PRELOAD"] == str(on_linux_with_mimalloc)
+
+    execve.calls.clear()
+    allocator.reexec_if_needed(["-v", "serve"])  # the server stays on glibc
+    monkeypatch.setattr(sys, "orig_argv", ["python3", "-c", "import attnkit.cli"])
+    allocator.reexec_if_needed(["train"])  # a program calling the entry itself is not replaced
+    assert execve.calls == []
+
+
+def test_a_failed_reexec_runs_on_and_says_so(on_linux_with_mimalloc, monkeypatch, capsys):
+    for name in ("LD_PRELOAD", allocator.ENV_VAR, "_ATTNKIT_ALLOCATOR_PRELOADED"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(allocator.os, "execve", _Exec(PermissionError(13, "Permission denied")))
+    monkeypatch.setattr(sys, "orig_argv", ["/venv/bin/python", "/venv/bin/attnkit", "bleu"])
+    allocator.reexec_if_needed(["bleu"])  # returns
+    err = capsys.readouterr().err
+    assert err.startswith("attnkit: warning: running on the C library's malloc: could not start")
+
+
+def test_an_unknown_allocator_is_refused_by_name():
+    with pytest.raises(
+        ValueError,
+        match=r"ATTNKIT_ALLOCATOR must be one of mimalloc, system "
+        r"\(got 'jemalloc'\)",
+    ):
+        allocator.preload_env(_env(ATTNKIT_ALLOCATOR="jemalloc"))
+
+
+def test_importing_attnkit_never_changes_the_allocator():
+    """Only the `attnkit` program preloads; a program that imports attnkit runs on its own."""
+    code = (
+        "import os, attnkit, attnkit.cli, attnkit.training\n"
+        "from attnkit import allocator\n"
+        "print(allocator.active(), os.environ.get('_ATTNKIT_ALLOCATOR_PRELOADED'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["system", "None"]
+
+
+def _run(tmp_path: Path, env: dict[str, str], console_script: bool = False):
+    hyp = tmp_path / "hyp.txt"
+    hyp.write_text("a black dog runs across the green field .\n", encoding="utf-8")
+    # The console script pip wrote beside this interpreter, or `python -m attnkit`.
+    program = [str(Path(sys.executable).parent / "attnkit")] if console_script else [
+        sys.executable, "-m", "attnkit",
+    ]  # fmt: skip
+    return subprocess.run(
+        [*program, "-v", "bleu", str(hyp), "-r", str(hyp)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+@linux_only
+@pytest.mark.parametrize("console_script", [False, True], ids=["python-m", "console-script"])
+def test_the_program_runs_on_mimalloc(tmp_path, console_script):
+    done = _run(tmp_path, _env(), console_script)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "memory allocator: mimalloc" in done.stderr
+    assert " = 100.00 " in done.stdout
+
+
+def test_the_program_runs_on_the_system_allocator_when_asked(tmp_path):
+    done = _run(tmp_path, _env(ATTNKIT_ALLOCATOR="system"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "memory allocator: system" in done.stderr
+    assert " = 100.00 " in done.stdout
+
+
+def test_the_program_names_a_bad_allocator_and_exits_2(tmp_path):
+    done = _run(tmp_path, _env(ATTNKIT_ALLOCATOR="fast"))
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "attnkit: error: ATTNKIT_ALLOCATOR must be one of mimalloc, system (got 'fast')"
+    )
+    assert done.stdout == ""
