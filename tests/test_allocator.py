@@ -1,5 +1,6 @@
-"""The memory allocator of the `attnkit` program: mimalloc preloaded on Linux, the user's choice
-(ATTNKIT_ALLOCATOR, an allocator already in LD_PRELOAD) kept, a bad value refused."""
+"""The memory allocator of the `attnkit` program: `train` on mimalloc (preloaded on Linux), the
+other commands and the user's choice (ATTNKIT_ALLOCATOR, anything in LD_PRELOAD) kept on
+theirs, a bad value refused."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from attnkit import allocator
+from tests.helpers.training import FAST, TINY_COPY
 
 linux_only = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="LD_PRELOAD and the mimalloc wheel are Linux's"
@@ -62,6 +64,9 @@ def test_the_command_line_preloads_mimalloc_and_never_returns_memory(on_linux_wi
         ({"LD_PRELOAD": "/usr/lib/libtcmalloc_minimal.so.4"}, "evaluate"),
         ({"LD_PRELOAD": "/usr/lib/gcc/libasan.so.8"}, "train"),  # must come first
         ({}, "serve"),  # returns idle memory with glibc's malloc_trim (attnkit.serve.memory)
+        ({}, "evaluate"),  # beam search measured slower on mimalloc
+        ({}, "translate"),
+        ({}, None),  # `attnkit` alone, or only options
     ],
 )
 def test_no_preload_when_the_user_or_the_command_says_otherwise(
@@ -110,7 +115,7 @@ def test_reexec_keeps_the_interpreter_its_options_and_the_arguments(
     assert env["LD_PRELOAD"] == str(on_linux_with_mimalloc)
 
     execve.calls.clear()
-    allocator.reexec_if_needed(["-v", "serve"])  # the server stays on glibc
+    allocator.reexec_if_needed(["-v", "serve"])  # the other commands stay on glibc
     monkeypatch.setattr(sys, "orig_argv", ["python3", "-c", "import attnkit.cli"])
     allocator.reexec_if_needed(["train"])  # a program calling the entry itself is not replaced
     assert execve.calls == []
@@ -120,8 +125,8 @@ def test_a_failed_reexec_runs_on_and_says_so(on_linux_with_mimalloc, monkeypatch
     for name in ("LD_PRELOAD", allocator.ENV_VAR, "_ATTNKIT_ALLOCATOR_PRELOADED"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(allocator.os, "execve", _Exec(PermissionError(13, "Permission denied")))
-    monkeypatch.setattr(sys, "orig_argv", ["/venv/bin/python", "/venv/bin/attnkit", "bleu"])
-    allocator.reexec_if_needed(["bleu"])  # returns
+    monkeypatch.setattr(sys, "orig_argv", ["/venv/bin/python", "/venv/bin/attnkit", "train"])
+    allocator.reexec_if_needed(["train"])  # returns
     err = capsys.readouterr().err
     assert err.startswith("attnkit: warning: running on the C library's malloc: could not start")
 
@@ -132,7 +137,7 @@ def test_an_unknown_allocator_is_refused_by_name():
         match=r"ATTNKIT_ALLOCATOR must be one of mimalloc, system "
         r"\(got 'jemalloc'\)",
     ):
-        allocator.preload_env(_env(ATTNKIT_ALLOCATOR="jemalloc"))
+        allocator.preload_env(_env(ATTNKIT_ALLOCATOR="jemalloc"), "train")
 
 
 def test_importing_attnkit_never_changes_the_allocator():
@@ -149,40 +154,57 @@ def test_importing_attnkit_never_changes_the_allocator():
     assert done.stdout.split() == ["system", "None"]
 
 
-def _run(tmp_path: Path, env: dict[str, str], console_script: bool = False):
-    hyp = tmp_path / "hyp.txt"
-    hyp.write_text("a black dog runs across the green field .\n", encoding="utf-8")
+def _train(tmp_path: Path, env: dict[str, str], console_script: bool = False):
+    """Two steps of the tiny copy task through the program; its train.log's first line."""
     # The console script pip wrote beside this interpreter, or `python -m attnkit`.
     program = [str(Path(sys.executable).parent / "attnkit")] if console_script else [
         sys.executable, "-m", "attnkit",
     ]  # fmt: skip
-    return subprocess.run(
-        [*program, "-v", "bleu", str(hyp), "-r", str(hyp)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [*program, "-v", "train", "--no-progress", "--config", str(TINY_COPY), "--out", str(out),
+         *(f"--set={o}" for o in (*FAST, "optim.max_steps=2", "optim.val_bleu=false"))],
+        capture_output=True, text=True, env={**env, "OMP_NUM_THREADS": "1"}, timeout=240,
+    )  # fmt: skip
+    log = out / "train.log"
+    first = log.read_text(encoding="utf-8").splitlines()[0] if log.exists() else ""
+    return done, first
 
 
 @linux_only
 @pytest.mark.parametrize("console_script", [False, True], ids=["python-m", "console-script"])
-def test_the_program_runs_on_mimalloc(tmp_path, console_script):
-    done = _run(tmp_path, _env(), console_script)
+def test_train_runs_on_mimalloc(tmp_path, console_script):
+    done, first = _train(tmp_path, _env(), console_script)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "memory allocator: mimalloc" in done.stderr
-    assert " = 100.00 " in done.stdout
+    assert "memory allocator: mimalloc" in done.stderr  # -v: the program's own check
+    assert first.endswith(", memory allocator mimalloc"), first  # what the run folder keeps
 
 
-def test_the_program_runs_on_the_system_allocator_when_asked(tmp_path):
-    done = _run(tmp_path, _env(ATTNKIT_ALLOCATOR="system"))
+def test_train_runs_on_the_system_allocator_when_asked(tmp_path):
+    done, first = _train(tmp_path, _env(ATTNKIT_ALLOCATOR="system"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "memory allocator: system" in done.stderr
+    assert first.endswith(", memory allocator system"), first
+
+
+@linux_only
+def test_other_commands_stay_on_the_system_allocator(tmp_path):
+    hyp = tmp_path / "hyp.txt"
+    hyp.write_text("a black dog runs across the green field .\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "attnkit", "-v", "bleu", str(hyp), "-r", str(hyp)],
+        capture_output=True, text=True, env=_env(), timeout=120,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert "memory allocator: system" in done.stderr
     assert " = 100.00 " in done.stdout
 
 
-def test_the_program_names_a_bad_allocator_and_exits_2(tmp_path):
-    done = _run(tmp_path, _env(ATTNKIT_ALLOCATOR="fast"))
+def test_the_program_names_a_bad_allocator_and_exits_2():
+    done = subprocess.run(
+        [sys.executable, "-m", "attnkit", "bleu", "-", "-r", "-"],
+        capture_output=True, text=True, env=_env(ATTNKIT_ALLOCATOR="fast"), timeout=120,
+    )  # fmt: skip
     assert done.returncode == 2
     assert done.stderr.strip() == (
         "attnkit: error: ATTNKIT_ALLOCATOR must be one of mimalloc, system (got 'fast')"

@@ -1,20 +1,20 @@
-"""The memory allocator the ``attnkit`` command runs on: mimalloc, preloaded.
+"""The memory allocator of ``attnkit train``: mimalloc, preloaded.
 
 A training step allocates and frees some thousand tensors whose sizes change from batch to
-batch (batches of different lengths). glibc's malloc returns the large blocks to the kernel
+batch (batches of different lengths). glibc's malloc returns large freed blocks to the kernel
 and maps them again, so the step spends its time in page faults that zero fresh pages (they
-show up as ``memset`` and ``memcpy`` in a profile), and its resident memory fragments and
-grows (9.9 GB after 37 minutes of the Multi30k config). mimalloc keeps freed memory for
-reuse: the same config makes about a third more steps in a 2-minute run at a smaller peak
-(docs/benchmarks.md, "Training throughput").
+showed up as ``memset`` and ``memcpy`` in a profile of the run), and its resident memory
+fragments and grows (9.9 GB after 37 minutes of the Multi30k config). mimalloc keeps freed
+memory for reuse: the translator's 57-minute run made 1.47x the steps at a lower peak
+(docs/benchmarks.md, "Training throughput", and ``benchmarks/allocator.py``).
 
 An allocator is chosen before a process starts (``LD_PRELOAD``), so :func:`preload_env` says
 whether the command line should execute itself once more with the library that the
 ``cmeel-mimalloc`` wheel ships (a dependency on Linux), and :func:`active` reads which one a
-process runs on. ``ATTNKIT_ALLOCATOR=system`` keeps the C library's malloc, and so does
-``attnkit serve``; an allocator already in ``LD_PRELOAD`` (jemalloc, tcmalloc, ...) is left as
-it is. The library API
-(``import attnkit``) never changes the allocator of the program that imports it.
+process runs on. ``ATTNKIT_ALLOCATOR=system`` keeps the C library's malloc, as do the other
+commands (:data:`PRELOADED_COMMANDS`); anything already in ``LD_PRELOAD`` (the user's own
+allocator, a sanitizer, a memory profiler) is left as it is. The library API (``import
+attnkit``) never changes the allocator of the program that imports it.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from pathlib import Path
 __all__ = [
     "ENV_VAR",
     "CHOICES",
+    "PRELOADED_COMMANDS",
     "active",
     "check_choice",
     "mimalloc_path",
@@ -40,11 +41,14 @@ CHOICES = ("mimalloc", "system")
 # Set in the environment of the re-executed process, so that it never executes itself again
 # (even when the preload failed and the library is not mapped).
 _MARK = "_ATTNKIT_ALLOCATOR_PRELOADED"
-# `attnkit serve` stays on the C library's malloc: a server runs for days, and it gives its
-# freed memory back when idle with glibc's malloc_trim (attnkit.serve.memory, measured on
-# glibc). The other commands run mimalloc and never return memory to the system before they
-# exit (MIMALLOC_PURGE_DELAY=-1, the faster setting: a command keeps its peak).
-_SYSTEM_COMMANDS = frozenset({"serve"})
+# The commands that run on mimalloc: where it was measured to pay. Training makes 1.25x the
+# steps of a 2-minute run and 1.47x those of the 57-minute translator run on glibc's malloc;
+# beam-search decoding (evaluate, translate) ran slower on it (268-290 against 326-339
+# sentences/s on test2016, forked workers), and `serve` gives its idle memory back with glibc's
+# malloc_trim (attnkit.serve.memory), so the others stay on the C library's malloc.
+# MIMALLOC_PURGE_DELAY=-1: freed memory is never returned to the system before the process
+# exits (a training run keeps its peak: 2.9 GB for the translator against glibc's 4.6+).
+PRELOADED_COMMANDS = frozenset({"train"})
 _KNOWN = (("libmimalloc", "mimalloc"), ("libjemalloc", "jemalloc"), ("libtcmalloc", "tcmalloc"))
 
 
@@ -73,10 +77,10 @@ def check_choice(environ: Mapping[str, str]) -> str:
     return value
 
 
-def preload_env(environ: Mapping[str, str], command: str | None = None) -> dict[str, str] | None:
+def preload_env(environ: Mapping[str, str], command: str | None) -> dict[str, str] | None:
     """The environment to execute the command line again with mimalloc preloaded, or None
-    when this process should run as it is: ``ATTNKIT_ALLOCATOR=system``, not Linux, the
-    ``serve`` command, already re-executed, anything already in ``LD_PRELOAD`` (an allocator
+    when this process should run as it is: ``ATTNKIT_ALLOCATOR=system``, not Linux, a command
+    other than ``train`` (:data:`PRELOADED_COMMANDS`), already re-executed, anything already in ``LD_PRELOAD`` (an allocator
     of the user's, a sanitizer's runtime or a memory profiler, which must come first), or no
     mimalloc installed (said on standard error when ``ATTNKIT_ALLOCATOR=mimalloc`` was set).
 
@@ -85,7 +89,7 @@ def preload_env(environ: Mapping[str, str], command: str | None = None) -> dict[
     """
     if check_choice(environ) == "system" or not sys.platform.startswith("linux"):
         return None
-    if command in _SYSTEM_COMMANDS or environ.get(_MARK):
+    if command not in PRELOADED_COMMANDS or environ.get(_MARK):
         return None
     if environ.get("LD_PRELOAD", "").strip():  # the user's own preload stands
         return None
