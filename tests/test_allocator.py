@@ -19,12 +19,24 @@ linux_only = pytest.mark.skipif(
 )
 
 
+# What a user's shell may hold that decides the allocator: none of it reaches the tests.
+_SETTINGS = (
+    "LD_PRELOAD",
+    "MIMALLOC_PURGE_DELAY",
+    allocator.ENV_VAR,
+    "_ATTNKIT_ALLOCATOR_PRELOADED",
+)
+
+
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MIMALLOC_PURGE_DELAY")}
-    env.pop(allocator.ENV_VAR, None)
-    env.pop("_ATTNKIT_ALLOCATOR_PRELOADED", None)
-    env.update(extra)
-    return env
+    return {**{k: v for k, v in os.environ.items() if k not in _SETTINGS}, **extra}
+
+
+@pytest.fixture
+def clean_environ(monkeypatch):
+    """This process's own environment without those settings (reexec_if_needed reads it)."""
+    for name in _SETTINGS:
+        monkeypatch.delenv(name, raising=False)
 
 
 @linux_only
@@ -101,10 +113,8 @@ class _Exec:
 
 
 def test_reexec_keeps_the_interpreter_its_options_and_the_arguments(
-    on_linux_with_mimalloc, monkeypatch
+    on_linux_with_mimalloc, clean_environ, monkeypatch
 ):
-    for name in ("LD_PRELOAD", allocator.ENV_VAR, "_ATTNKIT_ALLOCATOR_PRELOADED"):
-        monkeypatch.delenv(name, raising=False)
     execve = _Exec()
     monkeypatch.setattr(allocator.os, "execve", execve)
     monkeypatch.setattr(sys, "orig_argv", ["python3", "-X", "utf8", "-m", "attnkit", "-v", "train"])
@@ -121,9 +131,9 @@ def test_reexec_keeps_the_interpreter_its_options_and_the_arguments(
     assert execve.calls == []
 
 
-def test_a_failed_reexec_runs_on_and_says_so(on_linux_with_mimalloc, monkeypatch, capsys):
-    for name in ("LD_PRELOAD", allocator.ENV_VAR, "_ATTNKIT_ALLOCATOR_PRELOADED"):
-        monkeypatch.delenv(name, raising=False)
+def test_a_failed_reexec_runs_on_and_says_so(
+    on_linux_with_mimalloc, clean_environ, monkeypatch, capsys
+):
     monkeypatch.setattr(allocator.os, "execve", _Exec(PermissionError(13, "Permission denied")))
     monkeypatch.setattr(sys, "orig_argv", ["/venv/bin/python", "/venv/bin/attnkit", "train"])
     allocator.reexec_if_needed(["train"])  # returns

@@ -80,9 +80,10 @@ def check_choice(environ: Mapping[str, str]) -> str:
 def preload_env(environ: Mapping[str, str], command: str | None) -> dict[str, str] | None:
     """The environment to execute the command line again with mimalloc preloaded, or None
     when this process should run as it is: ``ATTNKIT_ALLOCATOR=system``, not Linux, a command
-    other than ``train`` (:data:`PRELOADED_COMMANDS`), already re-executed, anything already in ``LD_PRELOAD`` (an allocator
-    of the user's, a sanitizer's runtime or a memory profiler, which must come first), or no
-    mimalloc installed (said on standard error when ``ATTNKIT_ALLOCATOR=mimalloc`` was set).
+    other than ``train`` (:data:`PRELOADED_COMMANDS`), already re-executed, anything already
+    in ``LD_PRELOAD`` (an allocator of the user's, a sanitizer's runtime or a memory profiler,
+    which must come first), or no mimalloc installed (said on standard error when
+    ``ATTNKIT_ALLOCATOR=mimalloc`` was set).
 
     Raises ValueError for an ``ATTNKIT_ALLOCATOR`` that is neither ``mimalloc`` nor
     ``system``.

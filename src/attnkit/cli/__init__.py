@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    logging.getLogger(__name__).debug("memory allocator: %s", allocator.active())
+    if args.verbose:  # active() reads /proc/self/maps: only when the line is shown
+        logging.getLogger(__name__).debug("memory allocator: %s", allocator.active())
 
     def fail(message: str, status: int = 2) -> int:
         print(f"attnkit {args.command}: error: {message}", file=sys.stderr)
