@@ -11,7 +11,7 @@ import torch
 import transformers
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-from attnkit.modules import RotaryEmbedding
+from attnkit.modules import RotaryAngles, RotaryEmbedding
 
 HEAD_DIM = 16
 SCALINGS = {
@@ -73,6 +73,23 @@ def test_bfloat16_angles_and_rotation_equal_hugging_faces():
     assert angles.cos.dtype == torch.bfloat16
     q_hf, _ = apply_rotary_pos_emb(x.transpose(1, 2), x.transpose(1, 2), cos, sin)
     torch.testing.assert_close(angles.rotate(x), q_hf.transpose(1, 2), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16])
+def test_rotation_without_the_signed_sines_is_the_same(x_dtype):
+    """RotaryAngles built by hand (no ``signed_sin``) or cast under autocast (queries in
+    bfloat16, angles in float32) rotate as Hugging Face's ``apply_rotary_pos_emb`` does, bit
+    for bit, like the angles RotaryEmbedding makes."""
+    rope, hf = RotaryEmbedding(HEAD_DIM), hf_rotary(10000.0, {"rope_type": "default"})
+    positions = torch.arange(12)[None]
+    x = torch.randn(1, 12, 3, HEAD_DIM).to(x_dtype)
+    angles = rope(positions)  # float32 angles
+    assert angles.signed_sin is not None
+    by_hand = RotaryAngles(angles.cos, angles.sin, False)
+    cos, sin = hf(x, positions)  # in x's dtype
+    want, _ = apply_rotary_pos_emb(x.transpose(1, 2), x.transpose(1, 2), cos, sin)
+    for a in (angles, by_hand):
+        torch.testing.assert_close(a.rotate(x), want.transpose(1, 2), atol=0, rtol=0)
 
 
 def rotate_pairs(x, positions, base):

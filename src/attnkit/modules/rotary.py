@@ -44,6 +44,9 @@ class RotaryAngles(NamedTuple):
     cos: Tensor  # (B or 1, T, 1, head_dim): broadcasts over the heads of (B, T, heads, head_dim)
     sin: Tensor  # (B or 1, T, 1, head_dim)
     interleaved: bool  # the layout (module docstring)
+    # Half-split only: sin with its first half negated, made once per forward pass (None: made
+    # at each rotate). (B or 1, T, 1, head_dim)
+    signed_sin: Tensor | None = None
 
     def rotate(self, x: Tensor) -> Tensor:
         """Rotate x (B, T, heads, head_dim), queries or keys laid out as projected.
@@ -57,10 +60,15 @@ class RotaryAngles(NamedTuple):
         if self.interleaved:
             pairs = x.unflatten(-1, (-1, 2))  # (B, T, heads, head_dim/2, 2)
             turned = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
-        else:
-            half = x.shape[-1] // 2
-            turned = torch.cat((-x[..., half:], x[..., :half]), dim=-1)  # (B, T, heads, hd)
-        return x * cos + turned * sin
+            return x * cos + turned * sin
+        # Half-split: rotate(x) = [-x2, x1], so rotate(x) * sin = [x2, x1] * [-sin1, sin2]
+        # (the same products, the sign moved: equal bit for bit), and [x2, x1] is one roll
+        # where [-x2, x1] is four operators: a decoding step rotates in every layer.
+        half = x.shape[-1] // 2
+        signed = self.signed_sin
+        if signed is None or signed.dtype != x.dtype:
+            signed = _signed_sin(sin)
+        return x * cos + torch.roll(x, half, dims=-1) * signed
 
 
 class RotaryEmbedding(nn.Module):
@@ -163,13 +171,20 @@ class RotaryEmbedding(nn.Module):
             angles = torch.cat((freqs, freqs), dim=-1)  # (B, T, hd): f0 f1 ... f0 f1 ...
         cos = angles.cos().to(dtype)[:, :, None, :]  # (B, T, 1, hd)
         sin = angles.sin().to(dtype)[:, :, None, :]
-        return RotaryAngles(cos, sin, self.interleaved)
+        signed = None if self.interleaved else _signed_sin(sin)
+        return RotaryAngles(cos, sin, self.interleaved, signed)
 
     def extra_repr(self) -> str:
         layout = "interleaved" if self.interleaved else "half-split"
         return f"head_dim={self.head_dim}, {layout}, " + ", ".join(
             f"{k}={v}" for k, v in self.settings.items()
         )
+
+
+def _signed_sin(sin: Tensor) -> Tensor:
+    """(..., head_dim) -> [-sin[..., :half], sin[..., half:]], half = head_dim / 2."""
+    half = sin.shape[-1] // 2
+    return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
 
 
 def _check_positive(name: str, value) -> None:
