@@ -91,6 +91,23 @@ def test_config_that_is_missing_a_folder_or_not_a_folder(tmp_path):
         mf.read_config(tmp_path / "file")
 
 
+def test_a_training_run_folder_points_to_its_models(tmp_path):
+    """`--model RUN` (the folder `attnkit train --out RUN` made) names RUN/best and RUN/last,
+    the model folders inside it, where it said only that RUN/config.json was missing."""
+    for name in ("best", "last"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+    with pytest.raises(mf.MissingFileError) as info:
+        mf.read_config(tmp_path)
+    assert str(info.value) == (
+        f"{tmp_path}/config.json: missing; expected a model config.json; {tmp_path} looks like "
+        f"a training run folder: its models are {tmp_path}/best and {tmp_path}/last"
+    )
+    (tmp_path / "last" / "config.json").unlink()  # only folders with a config.json are named
+    with pytest.raises(mf.MissingFileError, match=r"its models are .*/best$"):
+        mf.read_config(tmp_path)
+
+
 def test_a_good_config_reads_as_the_json_module_reads_it(tmp_path):
     data = {"model": {"d_model": 8}, "note": "Fahrrad über Brücke", "x": [1, 2.5, None]}
     (tmp_path / "config.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
@@ -143,6 +160,14 @@ def test_a_folder_of_another_kind_says_what_it_is_and_what_reads_it(tmp_path):
     with pytest.raises(ValueError, match=r"not a translation model config .*\['lr'\]"):
         mf.expect_kind(tmp_path, {"lr": 1}, "translation")
     assert mf.expect_kind(tmp_path, {"lr": 1}, "translation", allow_unknown=True) == "unknown"
+    # A model_type attnkit has no model for is named (before: 'no model_type', which it has).
+    with pytest.raises(
+        ValueError,
+        match=r"config.json: model_type 't5' is not one attnkit reads; expected a gpt2 or llama "
+        r"model folder \(attnkit reads the model_type values \['bert', 'gpt2', 'llama', "
+        r"'mistral', 'qwen2'\] and its own translation folders\)$",
+    ):
+        mf.expect_kind(tmp_path, {"model_type": "t5"}, "gpt2", "llama")
 
 
 # --------------------------------------------------------------------------- weights files
@@ -621,7 +646,8 @@ def test_model_kind_refuses_kinds_attnkit_does_not_load(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
     with pytest.raises(
         ValueError,
-        match=r"config.json: not a translation, bert, gpt2, llama, mistral or qwen2 model",
+        match=r"config.json: model_type 't5' is not one attnkit reads; expected a translation, "
+        r"bert, gpt2, llama, mistral or qwen2 model folder",
     ):
         mf.model_kind(tmp_path)
     with pytest.raises(ValueError, match=r"not a folder"):

@@ -25,7 +25,9 @@ def test_load_pretrained_dispatches_on_the_config(tmp_path):
     assert bert.tokenizer is bert.model.tokenizer
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
     with pytest.raises(
-        ValueError, match=r"not a translation, bert, gpt2, llama, mistral or qwen2 model config"
+        ValueError,
+        match=r"model_type 't5' is not one attnkit reads; expected a translation, bert, gpt2, "
+        r"llama, mistral or qwen2 model folder",
     ):
         load_pretrained(tmp_path)
     (tmp_path / "config.json").write_text("[]")

@@ -162,11 +162,25 @@ def _json_type(value: Any) -> str:
     return "a null" if value is None else names.get(type(value), type(value).__name__)
 
 
+RUN_MODELS = ("best", "last")  # the model folders inside a training run's folder
+
+
 def read_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """The ``config.json`` of a model folder, as a dict (see :func:`read_json` for errors)."""
     folder = Path(folder)
     check_folder(folder)
-    return read_json(folder / CONFIG_FILE, what=f"model {CONFIG_FILE}")
+    try:
+        return read_json(folder / CONFIG_FILE, what=f"model {CONFIG_FILE}")
+    except MissingFileError as err:
+        # `attnkit train --out RUN` keeps its models in RUN/best and RUN/last.
+        runs = [
+            str(folder / name) for name in RUN_MODELS if (folder / name / CONFIG_FILE).is_file()
+        ]
+        if not runs:
+            raise
+        raise MissingFileError(
+            f"{err}; {folder} looks like a training run folder: its models are {' and '.join(runs)}"
+        ) from None
 
 
 def check_folder(folder: Path) -> None:
@@ -259,6 +273,12 @@ def expect_kind(
     wanted = " or ".join([", ".join(kinds[:-1]), kinds[-1]] if len(kinds) > 2 else kinds)
     if kind in KIND_USES:
         raise ValueError(f"{path}: this is {KIND_USES[kind]}; expected a {wanted} model folder")
+    if kind != "unknown":  # a model_type attnkit has no model for
+        raise ValueError(
+            f"{path}: model_type {config.get('model_type')!r} is not one attnkit reads; expected "
+            f"a {wanted} model folder (attnkit reads the model_type values "
+            f"{sorted(('bert', *GPT_KINDS))} and its own translation folders)"
+        )
     raise ValueError(
         f'{path}: not a {wanted} model config (no "model" section and no model_type; '
         f"top-level keys {sorted(config)[:12]})"

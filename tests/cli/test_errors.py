@@ -88,6 +88,24 @@ def test_verbose_gives_the_traceback(monkeypatch):
     monkeypatch.setattr(walkthrough_cmd, "run", run)
     with pytest.raises(RuntimeError, match="boom"):
         main(["-v", "walkthrough"])
+    with pytest.raises(RuntimeError, match="boom"):  # after the command too, where users add it
+        main(["walkthrough", "-v"])
+    assert main(["walkthrough"]) == 2  # and not when absent from both places
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [(["translate", "one.de"], "one.de"), (["evaluate", "--beams", "3"], "--beams 3")],
+)
+def test_unrecognized_arguments_are_the_commands_error(capsys, argv, words):
+    """Reported by the command's parser, with its usage, as every other argument error (before:
+    the top-level usage and 'attnkit: error:')."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: attnkit {argv[0]} ")
+    assert err.endswith(f"attnkit {argv[0]}: error: unrecognized arguments: {words}\n")
 
 
 def test_bugs_keep_their_traceback(monkeypatch):

@@ -70,3 +70,20 @@ def test_cli_names_a_socket_output_in_one_line(tmp_path, monkeypatch, capsys):
         assert main(["walkthrough", "a b", "--plot", "w.png"]) == 2
     err = capsys.readouterr().err
     assert err == "attnkit walkthrough: error: --plot: 'w.png' is a socket, expected a file name\n"
+
+
+@pytest.mark.parametrize("how", ["same path", "symbolic link", "hard link"])
+def test_an_output_that_is_an_input_is_refused(tmp_path, how):
+    """`translate -i x.de -o x.de` replaced the source with its translation (exit 0)."""
+    source = tmp_path / "x.de"
+    source.write_text("Ein Hund.\n")
+    out = source
+    if how != "same path":
+        out = tmp_path / "out.txt"
+        (out.symlink_to if how == "symbolic link" else out.hardlink_to)(source)
+    with pytest.raises(ValueError, match=r"^--output: '.*' is the --input file; writing it"):
+        check_output_path(out, "--output", inputs=[(source, "--input")])
+    assert source.read_text() == "Ein Hund.\n"
+    other = tmp_path / "x.en"
+    other.write_text("old\n")  # another existing file, or standard input: written as before
+    assert check_output_path(other, "--output", inputs=[(source, "--input"), ("-", "-i")]) == other

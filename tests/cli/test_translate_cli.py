@@ -236,6 +236,20 @@ def test_bad_output_paths_fail_before_loading(
     assert capsys.readouterr().err == f"attnkit translate: error: {message.format(p=tmp_path)}\n"
 
 
+def test_the_input_file_is_never_the_output(model_dir, monkeypatch, tmp_path, capsys):
+    """Before: the German source was replaced by its translation, exit 0."""
+    source = tmp_path / "x.de"
+    source.write_text("Ein Hund.\n")
+    monkeypatch.setattr(loading, "load_translation_model", lambda *a, **k: pytest.fail("loaded"))
+    argv = ["translate", "--model", str(model_dir), "-i", str(source), "-o", str(source), *FAST]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"attnkit translate: error: --output: {str(source)!r} is the --input file; writing it "
+        "would replace the text being read: choose another output file\n"
+    )
+    assert source.read_text() == "Ein Hund.\n"
+
+
 def test_read_only_output(model_dir, monkeypatch, tmp_path, capsys):
     """Tests run as root, who may write anywhere: the permission check is simulated."""
     import os
@@ -341,8 +355,10 @@ def test_unknown_device(model_dir, monkeypatch, tmp_path, capsys, command, devic
         ("--max-len-b", "-1", "expected an integer >= 0, got '-1'"),
         ("--max-len-b", "1e9", "expected an integer >= 0, got '1e9'"),
         ("--min-len", "-1", "expected an integer >= 0, got '-1'"),
-        ("--lenpen", "nan", "expected a finite number, got 'nan'"),
-        ("--lenpen", "-inf", "expected a finite number, got '-inf'"),
+        ("--lenpen", "nan", "expected a finite number from -10.0 to 10.0, got 'nan'"),
+        ("--lenpen", "-inf", "expected a finite number from -10.0 to 10.0, got '-inf'"),
+        ("--lenpen", "1000", "expected a finite number from -10.0 to 10.0, got '1000'"),
+        ("--lenpen", "-500", "expected a finite number from -10.0 to 10.0, got '-500'"),
         ("--threads", "0", "expected a thread count from 1 to"),
         ("--threads", "100000", "expected a thread count from 1 to"),
     ],
@@ -512,10 +528,12 @@ def test_the_cli_knows_every_search_setting_and_kind_of_worker():
     name the library's search settings and kinds of worker."""
     from attnkit.cli.commands import translate as command
     from attnkit.decoding import SEARCH_FIELDS
+    from attnkit.decoding.config import MAX_LENPEN
     from attnkit.decoding.translate import PARALLEL
 
     assert set(command.SEARCH_DESTS) == set(SEARCH_FIELDS)
     assert set(command.PARALLEL) == set(PARALLEL)
+    assert command.MAX_LENPEN == MAX_LENPEN
     from attnkit.cli import build_parser
 
     defaults = vars(build_parser().parse_args(["translate"]))

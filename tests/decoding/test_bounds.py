@@ -12,6 +12,7 @@ import torch
 
 from attnkit.decoding import (
     MAX_BEAM_SIZE,
+    MAX_LENPEN,
     DecodingConfig,
     Translator,
     decoding_memory,
@@ -52,8 +53,17 @@ translate_module = importlib.import_module("attnkit.decoding.translate")
         (dict(max_len_b=2.5), r"max_len_b: expected an integer >= 0, got 2.5"),
         (dict(min_len=-1), r"min_len: expected an integer >= 0, got -1"),
         (dict(min_len=1.5), r"min_len: expected an integer >= 0, got 1.5"),
-        (dict(lenpen=math.nan), r"lenpen: expected a finite number, got nan"),
-        (dict(lenpen=math.inf), r"lenpen: expected a finite number, got inf"),
+        (
+            dict(lenpen=math.nan),
+            r"lenpen: expected a number from -10 to 10 \(usual: 0 to 2\), got nan",
+        ),
+        (
+            dict(lenpen=math.inf),
+            r"lenpen: expected a number from -10 to 10 \(usual: 0 to 2\), got inf",
+        ),
+        # len ** 1000 overflows a float, len ** -1000 is 0 (a score divided by it): refused
+        (dict(lenpen=1000.0), r"lenpen: expected a number from -10 to 10"),
+        (dict(lenpen=-500), r"lenpen: expected a number from -10 to 10"),
         (dict(n_best=0), r"n_best: expected 1 <= n_best <= beam_size=5, got 0"),
         (dict(bos_id=-1), r"bos_id: expected None or an id >= 0, got -1"),
         (dict(eos_id=2.0), r"eos_id: expected None or an id >= 0, got 2.0"),
@@ -69,6 +79,9 @@ def test_config_accepts_the_bounds():
     assert (
         DecodingConfig(max_len_a=1e30, max_len_b=10**12, min_len=0, lenpen=-0.5).max_len_a == 1e30
     )
+    for lenpen in (-MAX_LENPEN, MAX_LENPEN):
+        penalty = DecodingConfig(lenpen=lenpen).length_penalty
+        assert math.isfinite(penalty.normalize(-1.0, 1024)) and penalty.normalize(-1.0, 1024) != 0
 
 
 @pytest.mark.parametrize("a, b", [(1e30, 10), (1e300, 0), (0.0, 10**15), (1.7e308, 10**18)])

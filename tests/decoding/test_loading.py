@@ -263,7 +263,9 @@ def test_decoding_defaults_round_trip_through_config_json(tmp_path, model, token
 @pytest.mark.parametrize(
     ("decoding", "message"),
     [
-        ({"lenpen": "high"}, r'config.json: "decoding": lenpen: expected a finite number'),
+        ({"lenpen": "high"}, r'config.json: "decoding": lenpen: expected a number from -10 to'),
+        # before: OverflowError at the first finished hypothesis (len ** 1000)
+        ({"lenpen": 1000}, r'config.json: "decoding": lenpen: expected a number from -10 to'),
         ({"beam_size": 0}, r'config.json: "decoding": beam_size: expected an integer >= 1'),
         ({"n_best": 2}, r"unknown decoding setting\(s\) \['n_best'\]"),
         ({"bos_id": 3}, r"unknown decoding setting\(s\) \['bos_id'\]"),

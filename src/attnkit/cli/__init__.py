@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         "C library's malloc; the other commands stay on the C library's) or system; anything "
         "already in LD_PRELOAD is kept.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in _command_modules():
         p = sub.add_parser(
@@ -48,8 +48,28 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         module.add_arguments(p)
+        # Also after the command (`attnkit translate ... -v`), where an error's advice to "run
+        # with -v" sends users; absent there, the value before the command stands.
+        p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                       help=VERBOSE_HELP)  # fmt: skip
         p.set_defaults(_run=module.run)
     return parser
+
+
+VERBOSE_HELP = "log debug messages, and show the traceback of an error"
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, except that words no option takes are reported by the
+    command's own parser (``attnkit translate: error: unrecognized arguments: ...``, with
+    the command's usage), not by the top-level one."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        commands_action = next(
+            a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+        )
+        commands_action.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def describe_os_error(err: OSError) -> str:
@@ -113,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     Other exceptions are bugs and keep their traceback.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from attnkit.files import unwritable_kind, write_file, write_text
@@ -134,16 +135,20 @@ def resolve_device(name: str | None):
     return device
 
 
-def check_output_path(path: str | os.PathLike, flag: str) -> Path:
+def check_output_path(
+    path: str | os.PathLike, flag: str, *, inputs: Sequence[tuple[str | os.PathLike, str]] = ()
+) -> Path:
     """Check, before any work, that a file can be written at ``path``.
 
     A symbolic link is checked (and later written) through to its target; a character device
-    or a FIFO (``/dev/null``, a named pipe) is accepted and written directly.
+    or a FIFO (``/dev/null``, a named pipe) is accepted and written directly. ``inputs``:
+    (path, flag) of the files the command reads; writing over one of them would lose it.
 
     Raises:
         ValueError: if the path is a directory or another file that is neither a regular file,
-            a character device nor a FIFO, its folder does not exist or is not a folder, or
-            the file or folder is not writable (naming ``flag`` and the path).
+            a character device nor a FIFO, its folder does not exist or is not a folder, the
+            file or folder is not writable, or it is one of ``inputs`` (naming ``flag`` and
+            the path).
     """
     out = Path(path)
     if str(path) == "":
@@ -161,9 +166,22 @@ def check_output_path(path: str | os.PathLike, flag: str) -> Path:
         raise ValueError(f"{flag}: {str(folder)!r} is not a folder, so {str(out)!r} cannot be made")
     if target.exists() and not os.access(target, os.W_OK):
         raise ValueError(f"{flag}: {str(out)!r} is read-only")
+    for source, source_flag in inputs:
+        if str(source) != STDIN and target.is_file() and _same_file(target, source):
+            raise ValueError(
+                f"{flag}: {str(out)!r} is the {source_flag} file; writing it would replace the "
+                "text being read: choose another output file"
+            )
     if not target.exists() and not os.access(folder, os.W_OK | os.X_OK):
         raise ValueError(f"{flag}: cannot create files in the read-only folder {str(folder)!r}")
     return out
+
+
+def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    try:
+        return os.path.samefile(a, b)  # through links, hard and symbolic
+    except OSError:  # one of them does not exist (yet)
+        return False
 
 
 def check_input_path(path: str | os.PathLike, flag: str) -> None:

@@ -17,7 +17,7 @@ Modules, in the order a sentence meets them:
 :mod:`~attnkit.decoding.loading` (``config.json`` + ``model.safetensors`` + ``tokenizer.json``).
 """
 
-from attnkit.decoding.config import MAX_BEAM_SIZE, SEARCH_FIELDS, DecodingConfig
+from attnkit.decoding.config import MAX_BEAM_SIZE, MAX_LENPEN, SEARCH_FIELDS, DecodingConfig
 from attnkit.decoding.generate import Hypothesis, beam_search, generate, greedy_search, max_lengths
 from attnkit.decoding.loading import (
     TranslationModel,
@@ -39,6 +39,7 @@ from attnkit.decoding.translate import (
 
 __all__ = [
     "MAX_BEAM_SIZE",
+    "MAX_LENPEN",
     "SEARCH_FIELDS",
     "BeamSearch",
     "DecoderState",

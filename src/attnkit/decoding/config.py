@@ -28,7 +28,14 @@ from attnkit.decoding.search import LENGTH_PENALTY_STYLES, LengthPenalty
 DEFAULT_BOS_ID = SubwordTokenizer.bos_id  # the ids of attnkit's tokenizer, used when a
 DEFAULT_EOS_ID = SubwordTokenizer.eos_id  # DecodingConfig leaves bos_id/eos_id unset
 
-__all__ = ["DEFAULT_BOS_ID", "DEFAULT_EOS_ID", "MAX_BEAM_SIZE", "SEARCH_FIELDS", "DecodingConfig"]
+__all__ = [
+    "DEFAULT_BOS_ID",
+    "DEFAULT_EOS_ID",
+    "MAX_BEAM_SIZE",
+    "MAX_LENPEN",
+    "SEARCH_FIELDS",
+    "DecodingConfig",
+]
 
 
 MAX_BEAM_SIZE = 1024
@@ -36,6 +43,13 @@ MAX_BEAM_SIZE = 1024
 of 4-10 are usual, and larger beams favour short outputs); the memory check of
 :func:`~attnkit.decoding.memory_bound.check_decoding_memory` is the bound that matters for a
 given model and batch."""
+
+
+MAX_LENPEN = 10.0
+"""The largest length penalty exponent :class:`DecodingConfig` accepts, either sign. Usual
+values lie between 0 and 2; far beyond, ``len ** lenpen`` leaves the float range (a
+hypothesis of 200 tokens: 200 ** 1000 overflows, 200 ** -1000 is 0, and its score a division
+by zero)."""
 
 
 SEARCH_FIELDS = ("beam_size", "max_len_a", "max_len_b", "min_len", "lenpen", "lenpen_style")
@@ -91,8 +105,11 @@ class DecodingConfig:
             raise ValueError(f"max_len_b: expected an integer >= 0, got {self.max_len_b!r}")
         if not _is_int(self.min_len) or self.min_len < 0:
             raise ValueError(f"min_len: expected an integer >= 0, got {self.min_len!r}")
-        if not _is_real(self.lenpen) or not math.isfinite(self.lenpen):
-            raise ValueError(f"lenpen: expected a finite number, got {self.lenpen!r}")
+        if not _is_real(self.lenpen) or not -MAX_LENPEN <= self.lenpen <= MAX_LENPEN:
+            raise ValueError(
+                f"lenpen: expected a number from {-MAX_LENPEN:g} to {MAX_LENPEN:g} (usual: 0 to "
+                f"2), got {self.lenpen!r}"
+            )
         if self.lenpen_style not in LENGTH_PENALTY_STYLES:
             raise ValueError(
                 f"lenpen_style: expected one of {LENGTH_PENALTY_STYLES}, got {self.lenpen_style!r}"

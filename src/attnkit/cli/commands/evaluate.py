@@ -45,7 +45,7 @@ cross-entropy per token and per character (total nats / characters) and bits per
 
 examples:
   attnkit evaluate
-  attnkit evaluate --model runs/multi30k --split val --beam 1
+  attnkit evaluate --model runs/multi30k/best --split val --beam 1
   attnkit evaluate --model runs/en-de --src test.en --ref test.de --json
   attnkit evaluate --text macbeth.txt --json
   attnkit evaluate --model runs/shakespeare_char/best --text macbeth.txt --json

@@ -18,6 +18,7 @@ from attnkit.cli.options import (
 # Translator's kinds of worker (attnkit.decoding.translate.PARALLEL, the CLI's default first;
 # not imported, as SEARCH_DESTS below).
 PARALLEL = ("processes", "threads")
+MAX_LENPEN = 10.0  # attnkit.decoding.config.MAX_LENPEN (not imported either)
 
 NAME = "translate"
 HELP = "translate sentences (one a line) with a translation model"
@@ -45,7 +46,7 @@ full disk leaves the old file as it was).
 
 examples:
   echo "Ein Hund rennt über eine Wiese." | attnkit translate
-  attnkit translate --model runs/multi30k --input test.de --beam 5 --output test.hyp.en
+  attnkit translate --model runs/multi30k/best --input test.de --beam 5 --output test.hyp.en
 """
 
 
@@ -87,9 +88,9 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         help="shortest output in tokens, >= 0 (default: the model's, else 1)",
     )  # fmt: skip
     parser.add_argument(
-        "--lenpen", type=real(), default=None, metavar="ALPHA",
-        help="length penalty exponent, finite; higher favours longer outputs (default: the "
-        "model's, 1.4 for the shipped one, else 1.0)",
+        "--lenpen", type=real(-MAX_LENPEN, MAX_LENPEN), default=None, metavar="ALPHA",
+        help=f"length penalty exponent, from {-MAX_LENPEN:g} to {MAX_LENPEN:g}; higher favours "
+        "longer outputs (default: the model's, 1.4 for the shipped one, else 1.0)",
     )  # fmt: skip
     parser.add_argument(
         "--lenpen-style",
@@ -234,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_input_path(args.input, "--input")
     if args.output != "-":
-        check_output_path(args.output, "--output")
+        check_output_path(args.output, "--output", inputs=[(args.input, "--input")])
     lines = read_lines(args.input)
     with build_translator(args) as translator:  # stops its worker processes when done
         result = translator.translate(lines)
