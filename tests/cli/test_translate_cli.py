@@ -418,10 +418,10 @@ def test_evaluate_reads_the_source_from_stdin(model_dir, expected, monkeypatch, 
     "src, ref, message",
     [
         ("-", "-", "--src and --ref: only one of them can be - (standard input)"),
-        ("empty", "ref", "src_path='{p}/empty' is empty, expected one sentence a line"),
+        ("empty", "ref", "--src '{p}/empty' is empty, expected one sentence a line"),
         ("src", "dir", "--ref: '{p}/dir' is a directory, expected a text file"),
         ("nothere", "ref", "--src: '{p}/nothere' does not exist"),
-        ("src", "short", "has 2 lines but tgt_path="),
+        ("src", "short", "--src '{p}/src' has 2 lines but --ref '{p}/short' has 1 lines"),
     ],
 )
 def test_evaluate_file_errors(model_dir, tmp_path, capsys, src, ref, message):

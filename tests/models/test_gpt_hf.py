@@ -397,3 +397,10 @@ def test_tokenizer_that_does_not_fit_the_model_is_refused(tmp_path, small_dir, t
     (tmp_path / "tokenizer.json").write_text("{not json")
     with pytest.raises(ValueError, match=r"tokenizer\.json: not a readable tokenizer\.json"):
         GPT.from_pretrained(tmp_path)
+    # An empty vocabulary: every prompt would encode to nothing (before: `generate` printed the
+    # prompt and no continuation, exit 0).
+    empty = json.loads((small_dir / "tokenizer.json").read_text())
+    empty["model"]["vocab"], empty["model"]["merges"], empty["added_tokens"] = {}, [], []
+    (tmp_path / "tokenizer.json").write_text(json.dumps(empty))
+    with pytest.raises(ValueError, match=r"tokenizer\.json: tokenizer: an empty vocabulary"):
+        GPT.from_pretrained(tmp_path)

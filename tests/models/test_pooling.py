@@ -57,6 +57,12 @@ def test_pooling_read_from_sentence_transformers_files(tmp_path):
         (json.dumps(MODULES), None, FileNotFoundError, r"1_Pooling/config.json: missing"),
         (json.dumps(MODULES), "[1]", ValueError, r"1_Pooling/config.json: expected a JSON object"),
         (json.dumps(MODULES), "{", ValueError, r"1_Pooling/config.json: not a valid JSON file"),
+        (  # no mode at all: the file is named (before: 'pooling modes: ... got ()')
+            json.dumps(MODULES),
+            '{"pooling_mode_foo": true}',
+            ValueError,
+            r"1_Pooling/config.json: no pooling mode set; expected pooling_mode or one of",
+        ),
     ],
 )
 def test_bad_sentence_transformers_files_are_named(tmp_path, modules, config, error, message):

@@ -72,6 +72,13 @@ def test_attention_command_on_a_gpt_folder(pair, tmp_path, capsys):
         main(["attention", "--model", str(folder), TEXT, "--head", "mean", "--out", str(png)]) == 0
     )
     assert png.stat().st_size > 0
+    capsys.readouterr()
+    for flags in (["--beam", "3"], ["--target", "x"]):  # before: --beam silently ignored
+        assert main(["attention", "--model", str(folder), TEXT, *flags, "--out", str(png)]) == 2
+        assert capsys.readouterr().err == (
+            f"attnkit attention: error: {flags[0]}: only for translation models; this is a GPT "
+            "model\n"
+        )
 
 
 def test_attention_command_on_a_llama_folder(tmp_path):

@@ -97,13 +97,18 @@ NAMED_CORPORA: dict[str, NamedCorpus] = {
 
 
 def load_parallel(
-    src_path: str | os.PathLike[str], tgt_path: str | os.PathLike[str]
+    src_path: str | os.PathLike[str],
+    tgt_path: str | os.PathLike[str],
+    *,
+    names: tuple[str, str] = ("src_path", "tgt_path"),
 ) -> ParallelCorpus:
     """Reads a parallel corpus from two aligned files (see `read_lines`).
 
     Args:
         src_path: Source-language file, plain or gzipped.
         tgt_path: Target-language file, plain or gzipped.
+        names: what the errors call the two files: the arguments, or the options a command
+            read them from (``("--src", "--ref")``).
 
     Returns:
         The aligned sentences.
@@ -114,13 +119,17 @@ def load_parallel(
     """
     src = read_lines(src_path)
     tgt = read_lines(tgt_path)
-    for arg, path, lines in (("src_path", src_path, src), ("tgt_path", tgt_path, tgt)):
+    src_name, tgt_name = (
+        f"{name} {os.fspath(path)!r}" if name.startswith("-") else f"{name}={os.fspath(path)!r}"
+        for name, path in zip(names, (src_path, tgt_path), strict=True)
+    )
+    for name, lines in ((src_name, src), (tgt_name, tgt)):
         if not lines:
-            raise ValueError(f"{arg}={os.fspath(path)!r} is empty, expected one sentence a line")
+            raise ValueError(f"{name} is empty, expected one sentence a line")
     if len(src) != len(tgt):
         raise ValueError(
-            f"src_path={os.fspath(src_path)!r} has {len(src)} lines but "
-            f"tgt_path={os.fspath(tgt_path)!r} has {len(tgt)} lines; expected the same count"
+            f"{src_name} has {len(src)} lines but {tgt_name} has {len(tgt)} lines; expected the "
+            "same count"
         )
     return ParallelCorpus(src=src, tgt=tgt)
 

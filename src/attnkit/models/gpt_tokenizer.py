@@ -28,6 +28,8 @@ class GPTTokenizer:
 
     def __init__(self, tokenizer: Tokenizer, *, eos_id: int | None = None) -> None:
         vocab = tokenizer.get_vocab_size(with_added_tokens=True)
+        if vocab == 0:  # every text would encode to nothing
+            raise ValueError("tokenizer: an empty vocabulary, no token to encode text with")
         if eos_id is not None and not 0 <= eos_id < vocab:
             raise ValueError(f"eos_id: expected an id in [0, {vocab}), got {eos_id}")
         self.tokenizer = tokenizer
@@ -44,7 +46,10 @@ class GPTTokenizer:
         # Settings saved in the file would pad or cut encode(); batch() pads itself.
         tokenizer.no_padding()
         tokenizer.no_truncation()
-        return cls(tokenizer, eos_id=eos_id)
+        try:
+            return cls(tokenizer, eos_id=eos_id)
+        except ValueError as err:
+            raise ValueError(f"{path}: {err}") from None
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the ``tokenizer.json``."""

@@ -113,6 +113,11 @@ class Pooling:
             raise ValueError(
                 f"{where}: pooling modes {unsupported} are not supported; expected {list(MODES)}"
             )
+        if not modes:
+            raise ValueError(
+                f"{where / 'config.json'}: no pooling mode set; expected pooling_mode or one of "
+                f"{list(_LEGACY_KEYS)} true"
+            )
         return cls(modes)
 
 

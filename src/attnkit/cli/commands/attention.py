@@ -134,14 +134,13 @@ def run(args: argparse.Namespace) -> int:
         source = default_model_dir()
     loaded = load_pretrained(source)
     model_type, model, tokenizer, folder = loaded
-    if loaded.is_gpt:
-        if args.target is not None:
-            raise ValueError("--target: only for translation models; this is a GPT model")
-        maps = capture_gpt(model, tokenizer, args.text)
-    elif model_type == "bert":
-        if args.target is not None:
-            raise ValueError("--target: only for translation models; this is a BERT model")
-        maps = capture_bert(model, tokenizer, args.text)
+    if loaded.is_gpt or model_type == "bert":
+        what = "a GPT" if loaded.is_gpt else "a BERT"
+        for flag, value in (("--target", args.target), ("--beam", args.beam)):
+            if value is not None:
+                raise ValueError(f"{flag}: only for translation models; this is {what} model")
+        capture = capture_gpt if loaded.is_gpt else capture_bert
+        maps = capture(model, tokenizer, args.text)
     else:
         from attnkit.decoding import model_decoding
 

@@ -70,6 +70,11 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("TEXT: give at least one text, as arguments or on standard input")
     folder = default_model_dir() if args.model is None else args.model
     model = BertModel.from_pretrained(folder)
+    if model.tokenizer is None:  # a folder without tokenizer.json loads (weights only)
+        raise ValueError(
+            f"{folder}: no tokenizer.json; embedding text needs the model's tokenizer "
+            "(Hugging Face's tokenizer.json, saved beside config.json)"
+        )
     embeddings = model.encode(texts, batch_size=args.batch_size, normalize=args.normalize)
     normalized = model.pooling.normalize if args.normalize is None else args.normalize
     if args.json:

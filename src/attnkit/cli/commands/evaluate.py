@@ -88,7 +88,7 @@ def _test_set(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
             raise ValueError("--src and --ref: only one of them can be - (standard input)")
         check_input_path(args.src, "--src")
         check_input_path(args.ref, "--ref")
-        corpus = load_parallel(args.src, args.ref)
+        corpus = load_parallel(args.src, args.ref, names=("--src", "--ref"))
         return corpus.src, corpus.tgt, f"{args.src} -> {args.ref}"
     split = args.split or "test2016"
     corpus = load_named_corpus(
