@@ -145,6 +145,8 @@ def test_help_names_the_shipped_default(capsys):
         (["--stop", ""], "--stop"),
         (["--batch-size", "0"], "--batch-size"),
         (["--seed", "1.5"], "--seed: expected an integer"),
+        (["--seed", "-1"], "--seed: expected an integer from 0 to 18446744073709551615, got '-1'"),
+        (["--seed", "99999999999999999999999"], "--seed: expected an integer from 0 to"),
         (["--stream", "--json"], "not allowed with"),
         (["--device", "nonsense"], "--device"),
     ],
@@ -157,3 +159,40 @@ def test_bad_flags_are_named(model_dir, flags, message, capsys):
 def test_not_a_gpt_folder(tmp_path, capsys):
     assert _exit_code(["generate", "--model", str(tmp_path), "hi"]) == 2
     assert str(tmp_path) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--temperature", "1e-45"], ["--temperature", "1e-300", "--top-p", "0.5"]],
+    ids=" ".join,
+)
+def test_a_tiny_temperature_writes_the_greedy_text(model_dir, gpt, flags, capsys):
+    argv = ["generate", "--model", str(model_dir), PROMPTS[2], "--max-new-tokens", "10",
+            "--seed", "0", *flags]  # fmt: skip
+    assert main(argv) == 0
+    (greedy,) = _expected(gpt, PROMPTS[2:], max_new_tokens=10)
+    assert capsys.readouterr().out == PROMPTS[2] + greedy.text + "\n"
+
+
+def test_a_tiny_repetition_penalty_is_not_an_error(model_dir, capsys):
+    argv = ["generate", "--model", str(model_dir), PROMPTS[0], "--max-new-tokens", "10",
+            "--temperature", "1", "--repetition-penalty", "1e-40", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    (record,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(record["token_ids"]) == 10
+
+
+def test_a_prompt_too_long_is_named_by_its_line(model_dir, gpt, monkeypatch, capsys):
+    long = "the king " * 30
+    n = len(gpt.tokenizer.encode(long))
+    assert n >= gpt.config.context_length == 96
+    _stdin(monkeypatch, f"hello\n{long}\nthe cat\n")
+    assert _exit_code(["generate", "--model", str(model_dir), "--max-new-tokens", "5"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # refused before anything is generated
+    assert (
+        f"error: <stdin>: line 2: prompt too long: {n} tokens; at most 95 fit the model's "
+        "context_length=96, which must leave room for a new token"
+    ) in captured.err
+    assert _exit_code(["generate", "--model", str(model_dir), long]) == 2
+    assert f"error: PROMPT: prompt too long: {n} tokens; at most 95 fit" in capsys.readouterr().err

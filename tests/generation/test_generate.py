@@ -127,6 +127,45 @@ def test_top_k_1_sampling_is_greedy(pair):
     assert generate(gpt, PROMPTS, sampled).tokens == greedy
 
 
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(temperature=1e-45),
+        dict(temperature=1e-300, top_p=0.9),
+        dict(temperature=1e-46, top_k=5),
+    ],
+    ids=str,
+)
+def test_a_tiny_temperature_samples_the_greedy_tokens(pair, settings):
+    """Greedy decoding is the limit of sampling as the temperature goes to 0, also where
+    ``logits / temperature`` overflows (softmax would be NaN, the draw an id past the end)."""
+    _, gpt = pair
+    greedy = generate(gpt, PROMPTS, GenerationConfig(max_new_tokens=15, eos_ids=())).tokens
+    sampled = GenerationConfig(max_new_tokens=15, eos_ids=(), seed=0, **settings)
+    assert generate(gpt, PROMPTS, sampled).tokens == greedy
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0, 1e-45])
+def test_a_tiny_repetition_penalty_chooses_ids_of_the_vocabulary(pair, temperature):
+    """A seen id's positive logit / 1e-40 overflows to +inf: the next id is one of those."""
+    _, gpt = pair
+    config = GenerationConfig(
+        max_new_tokens=12, eos_ids=(), temperature=temperature, repetition_penalty=1e-40, seed=0
+    )
+    for tokens in generate(gpt, PROMPTS, config).tokens:
+        assert len(tokens) == 12 and all(0 <= t < gpt.config.vocab_size for t in tokens)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_nan_logits_are_an_error_not_a_token(temperature):
+    model = _llama()
+    with torch.no_grad():
+        model.lm_head.weight.fill_(float("nan"))
+    config = GenerationConfig(max_new_tokens=3, temperature=temperature, seed=0)
+    with pytest.raises(ValueError, match=r"logits: NaN in row\(s\) \[0, 1\]"):
+        generate(model, [[1, 2], [3]], config)
+
+
 def test_tensor_prompts(pair):
     _, gpt = pair
     ids = torch.tensor([[5, 6, 7], [8, 9, 10]])
@@ -141,6 +180,18 @@ def test_max_new_tokens_must_fit_the_context(pair):
     assert (
         len(generate(gpt, [[1]], GenerationConfig(max_new_tokens=95, eos_ids=())).tokens[0]) == 95
     )
+
+
+def test_a_prompt_too_long_for_the_context_is_named(pair):
+    _, gpt = pair  # context_length=96
+    message = (
+        r"prompts\[1\]: prompt too long: 96 tokens; at most 95 fit the model's "
+        "context_length=96, which must leave room for a new token"
+    )
+    with pytest.raises(ValueError, match=message):
+        generate(gpt, [[1, 2], [3] * 96], GenerationConfig(max_new_tokens=1))
+    with pytest.raises(ValueError, match="max_new_tokens: the longest prompt has 95 tokens"):
+        generate(gpt, [[1, 2], [3] * 95], GenerationConfig(max_new_tokens=2))
 
 
 @pytest.mark.parametrize("prompts", [[], [[]], "abc"])
@@ -165,11 +216,19 @@ def test_bad_prompts(pair, prompts):
         (dict(stop_strings=("",)), "stop_strings"),
         (dict(stop_strings="END"), "stop_strings"),
         (dict(seed=1.5), "seed"),
+        (dict(seed=True), "seed"),
+        (dict(seed=-1), r"seed: expected an integer from 0 to 2\*\*64 - 1, got -1"),
+        (dict(seed=2**64), r"seed: expected an integer from 0 to 2\*\*64 - 1"),
     ],
 )
 def test_config_errors_name_the_setting(kwargs, name):
     with pytest.raises((ValueError, TypeError), match=name):
         GenerationConfig(**kwargs)
+
+
+def test_seed_range_is_the_generators():
+    assert GenerationConfig(temperature=1.0, seed=2**64 - 1).seed == 2**64 - 1
+    assert GenerationConfig(temperature=1.0, seed=0).seed == 0
 
 
 # --------------------------------------------------------------------------- Llama's options

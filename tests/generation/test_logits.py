@@ -121,3 +121,36 @@ def test_top_p_keeps_every_token_tied_at_the_cut():
     keeps or drops them by its sort order)."""
     x = torch.tensor([[0.0, 0.0, 0.0, 0.0, -5.0]])
     assert torch.isfinite(top_p_filter(x, 0.5)).tolist() == [[True, True, True, True, False]]
+
+
+@pytest.mark.parametrize("t", [0.3, 1.7, 1e-3])
+def test_temperature_is_a_plain_division_where_it_does_not_overflow(t):
+    x = _logits()
+    assert torch.equal(apply_temperature(x, t), x / t)
+
+
+@pytest.mark.parametrize("t", [1e-45, 1e-46, 1e-300, 5e-324])
+def test_a_tiny_temperature_gives_the_limit_not_inf_or_nan(t):
+    """``x / t`` overflows to +inf (and to 0 / 0 = NaN below float32's smallest temperature):
+    the row's largest logits become 0, the others -inf, as the temperature goes to 0."""
+    x = _logits()
+    x[1, :] = torch.arange(V) * 1e-3  # logits close together
+    x[2, 40] = x[2].max()  # a tie at the top
+    x[3] -= x[3].max()  # the top is exactly 0
+    x[4, :5] = float("-inf")  # already filtered
+    scaled = apply_temperature(x, t)
+    top = x == x.amax(dim=1, keepdim=True)
+    assert torch.equal(scaled == 0, top)
+    assert torch.isneginf(scaled[~top]).all()
+
+
+def test_temperature_keeps_inf_and_nan_logits():
+    x = _logits(b=3)
+    x[0, 3] = float("inf")
+    x[1, 4] = float("nan")
+    x[2] = float("-inf")
+    for t in (0.5, 1e-45):
+        scaled = apply_temperature(x, t)
+        assert torch.equal(torch.isposinf(scaled), torch.isposinf(x))
+        assert torch.equal(torch.isnan(scaled), torch.isnan(x))
+        assert torch.isneginf(scaled[2]).all()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from attnkit.generation.sampling import check_seed
+
 __all__ = ["GenerationConfig"]
 
 
@@ -28,7 +30,7 @@ class GenerationConfig:
     repetition_penalty: float = 1.0  # CTRL's penalty on ids seen (prompt included); 1 = off
     eos_ids: tuple[int, ...] | None = None  # ids that end a row; None = the model's eos
     stop_strings: tuple[str, ...] = ()  # text that ends a row (the text is cut before it)
-    seed: int | None = None  # the sampler's seed, for the same batch; None = not reproducible
+    seed: int | None = None  # the sampler's seed, 0 to 2**64 - 1; None = not reproducible
     use_cache: bool = True  # False: recompute the whole prefix at every step (reference path)
 
     def __post_init__(self) -> None:
@@ -68,8 +70,7 @@ class GenerationConfig:
         object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
         if not all(isinstance(s, str) and s for s in self.stop_strings):
             raise ValueError(f"stop_strings: expected non-empty strings, got {self.stop_strings!r}")
-        if self.seed is not None and not _is_int(self.seed):
-            raise TypeError(f"seed: expected an int or None, got {self.seed!r}")
+        check_seed(self.seed)
 
     @property
     def greedy(self) -> bool:

@@ -45,6 +45,7 @@ from attnkit.generation.sampling import make_generator, select
 __all__ = [
     "GenerationOutput",
     "Step",
+    "check_prompt_length",
     "decode_one_token",
     "generate",
     "generate_steps",
@@ -149,9 +150,30 @@ def decode_one_token(model, token: Tensor, cache, *, ids: Tensor, mask: Tensor) 
     return model.lm_head(hidden[:, -1]).float()  # (B, V)
 
 
+def check_prompt_length(n_tokens: int, context_length: int, *, name: str = "prompt") -> None:
+    """Raise unless a prompt of ``n_tokens`` leaves room for one new token in the context.
+
+    Args:
+        n_tokens: the prompt's length in tokens.
+        context_length: the model's context length.
+        name: how the message names the prompt (``prompts[3]``, ``<stdin>: line 4``).
+
+    Raises:
+        ValueError: naming the prompt, its token count and the context length.
+    """
+    if n_tokens >= context_length:
+        raise ValueError(
+            f"{name}: prompt too long: {n_tokens} tokens; at most {context_length - 1} fit the "
+            f"model's context_length={context_length}, which must leave room for a new token"
+        )
+
+
 def _check_length(model, mask: Tensor, config: GenerationConfig) -> None:
     context = model.config.context_length
-    longest = int(mask.sum(dim=1).max())
+    lengths = mask.sum(dim=1).tolist()  # (B,) prompt lengths
+    for row, n_tokens in enumerate(lengths):
+        check_prompt_length(n_tokens, context, name=f"prompts[{row}]")
+    longest = max(lengths)
     if longest + config.max_new_tokens > context:
         raise ValueError(
             f"max_new_tokens: the longest prompt has {longest} tokens, so at most "

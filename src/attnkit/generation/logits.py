@@ -58,10 +58,26 @@ def repetition_penalty(logits: Tensor, seen: Tensor, penalty: float) -> Tensor:
 
 def apply_temperature(logits: Tensor, temperature: float) -> Tensor:
     """``logits / temperature``; lower is sharper. ``temperature`` must be > 0 (greedy is the
-    caller's choice, not a temperature)."""
+    caller's choice, not a temperature).
+
+    Rows whose quotient is finite are Hugging Face's, bit for bit. A temperature so small that
+    a row overflows (to ``+inf``, or to NaN where ``0 / temperature`` rounds to ``0 / 0``) is
+    applied to that row less its largest finite logit, in float64: softmax does not change
+    with the shift, and the row's largest logits become 0 and the others ``-inf`` or finite,
+    the limit of the distribution as the temperature goes to 0. ``+inf``, ``-inf`` and NaN
+    logits stay as they are.
+    """
     if not temperature > 0:
         raise ValueError(f"temperature: expected > 0, got {temperature!r}")
-    return logits / temperature
+    scaled = logits / temperature
+    top = scaled.amax(dim=-1, keepdim=True)  # (B, 1): NaN or +inf where a row overflowed
+    if torch.isfinite(top).all():
+        return scaled
+    finite = torch.isfinite(logits)  # (B, V)
+    shift = torch.where(finite, logits, float("-inf")).amax(dim=-1, keepdim=True)  # (B, 1)
+    shift = torch.where(torch.isfinite(shift), shift, 0.0)  # a row without a finite logit
+    limit = ((logits.double() - shift) / temperature).to(logits.dtype)  # (B, V), <= 0 if finite
+    return torch.where(torch.isfinite(top), scaled, limit)
 
 
 def top_k_filter(logits: Tensor, k: int) -> Tensor:

@@ -101,11 +101,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stop when this text appears (repeatable); the output is cut before it",
     )  # fmt: skip
     parser.add_argument(
-        "--seed",
-        type=integer(),
-        default=None,
-        help="seed for sampling (an integer; reproducible for the same prompts in the same batch)",
-    )
+        "--seed", type=integer(0, 2**64 - 1), default=None,
+        help="seed for sampling, 0 to 2**64 - 1 (reproducible for the same prompts in the same "
+        "batch)",
+    )  # fmt: skip
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--stream", action="store_true", help="write text as it is generated")
     output.add_argument(
@@ -199,12 +198,26 @@ def _prompts(args: argparse.Namespace) -> list[str]:
     return read_lines(STDIN)
 
 
+def _check_prompt_lengths(model, args: argparse.Namespace, prompts: list[str]) -> None:
+    """Refuse a prompt that leaves no room for a new token before anything is generated,
+    naming it as the user gave it (PROMPT, or its line of standard input)."""
+    from attnkit.generation.generate import check_prompt_length
+    from attnkit.generation.text import encode_prompts
+    from attnkit.metrics.io import display_name
+
+    context = model.config.context_length
+    for i, ids in enumerate(encode_prompts(model, model.tokenizer, prompts)):
+        name = "PROMPT" if args.prompt is not None else f"{display_name(STDIN)}: line {i + 1}"
+        check_prompt_length(len(ids), context, name=name)
+
+
 def run(args: argparse.Namespace) -> int:
     from attnkit.generation import generate_text, stream_text
 
     model = load(args)
     config = build_config(args, model.config.context_length)
     prompts = _prompts(args)
+    _check_prompt_lengths(model, args, prompts)
     out = sys.stdout
     if args.stream:
         for prompt in prompts:
