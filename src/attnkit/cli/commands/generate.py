@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from attnkit.cli.options import (
@@ -52,13 +53,17 @@ NO_MODEL = (
 
 
 def _above_zero(high: float | None, what: str):
-    """An argparse ``type``: a finite number in ``(0, high]``."""
-    parse_real = real(0.0, high, what=what)
+    """An argparse ``type``: a finite number in ``(0, high]``; one message for every value
+    refused (before, -0.5 was told "from 0.0 to 1.0" and 0 then refused)."""
+    parse_real = real(None, high, what=what)
+    bound = f"a finite {what.removeprefix('a ')} > 0" + (f" and <= {high}" if high else "")
 
     def parse(text: str) -> float:
-        value = parse_real(text)
-        if value == 0:
-            bound = f"0 < value <= {high}" if high is not None else "a number > 0"
+        try:
+            value = parse_real(text)
+        except argparse.ArgumentTypeError:
+            value = math.nan
+        if not value > 0:
             raise argparse.ArgumentTypeError(f"expected {bound}, got {text!r}")
         return value
 
