@@ -106,7 +106,9 @@ def test_malformed_json_and_unknown_routes(client):
     bad = client.post(
         "/v1/translate", content=b"{nope", headers={"content-type": "application/json"}
     )
-    assert "JSON decode error" in error(bad, 422)
+    assert error(bad, 422) == (
+        "body: not valid JSON at character 1 (Expecting property name enclosed in double quotes)"
+    )
     assert error(client.get("/v1/nothing"), 404) == "no such endpoint: GET /v1/nothing"
     assert error(client.get("/v1/translate"), 405) == "GET is not allowed on /v1/translate"
 
@@ -122,3 +124,30 @@ def test_malformed_json_and_unknown_routes(client):
 def test_bad_settings(settings, message):
     with pytest.raises(ValueError, match=message):
         ServeSettings(**settings)
+
+
+@pytest.mark.parametrize(
+    "headers, message",
+    [
+        ({}, "no Content-Type"),  # curl -d's default is form data, not JSON
+        ({"content-type": "text/plain"}, "Content-Type: text/plain"),
+    ],
+)
+def test_json_sent_without_its_content_type_is_told_so(client, headers, message):
+    """Before: 'body: Input should be a valid dictionary ... (got b'{...}')' for valid JSON."""
+    bad = client.post("/v1/translate", content=b'{"texts": ["Ein Hund."]}', headers=headers)
+    assert error(bad, 422) == (
+        f"body: expected JSON with the header Content-Type: application/json, got {message}"
+    )
+
+
+def test_a_body_that_is_not_utf8_is_named(client):
+    """Before: 400 'There was an error parsing the body'."""
+    bad = client.post(
+        "/v1/translate",
+        content=b'{"texts": ["\xff"]}',
+        headers={"content-type": "application/json"},
+    )
+    assert error(bad, 400) == (
+        "body: not UTF-8 (byte 0xff at offset 12); JSON must be sent as UTF-8"
+    )

@@ -66,3 +66,15 @@ def test_help_names_the_shipped_default(capsys):
     help_text = " ".join(capsys.readouterr().out.split())
     assert "without --gpt-model, the shipped Shakespeare GPT when it is installed" in help_text
     assert "'none' = no generation (default: the shipped Shakespeare GPT if installed)" in help_text
+
+
+def test_serve_refuses_to_serve_no_model(capsys):
+    """Before: a server started whose every endpoint answered 503, without a word."""
+    from attnkit.cli import main
+
+    flags = ["--translation-model", "none", "--gpt-model", "none", "--bert-model", "none"]
+    assert main(["serve", *flags, "--port", "0"]) == 2
+    assert capsys.readouterr().err == (
+        "attnkit serve: error: --translation-model, --gpt-model, --bert-model: all 'none', so "
+        "every endpoint would answer 503; keep at least one model\n"
+    )

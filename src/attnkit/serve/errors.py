@@ -54,10 +54,19 @@ def _location(loc) -> str:
     return out or "body"
 
 
-def _validation_message(err: RequestValidationError) -> str:
+def _validation_message(err: RequestValidationError, content_type: str | None = None) -> str:
     messages = []
     for e in err.errors()[:5]:
         given = e.get("input")
+        if e.get("type") == "json_invalid":  # loc ("body", offset): where the parser stopped
+            offset = (e.get("loc") or ("body", "?"))[-1]
+            reason = (e.get("ctx") or {}).get("error", "not JSON")
+            return f"body: not valid JSON at character {offset} ({reason})"
+        if isinstance(given, bytes):  # the body was not read as JSON: its content type
+            return (
+                f"body: expected JSON with the header Content-Type: application/json, got "
+                f"{'no Content-Type' if not content_type else f'Content-Type: {content_type}'}"
+            )
         shown = repr(given) if not isinstance(given, (dict, list)) else type(given).__name__
         if len(shown) > 60:
             shown = shown[:57] + "..."
@@ -76,7 +85,8 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, err: RequestValidationError):
-        return JSONResponse(error_body(422, _validation_message(err)), 422)
+        message = _validation_message(err, request.headers.get("content-type"))
+        return JSONResponse(error_body(422, message), 422)
 
     @app.exception_handler(ValueError)
     async def _bad_value(request: Request, err: ValueError):
@@ -91,8 +101,25 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def _http(request: Request, err: HTTPException):
         message = err.detail if isinstance(err.detail, str) else HTTPStatus(err.status_code).phrase
-        if err.status_code == 404:
+        if err.status_code == 400 and message == "There was an error parsing the body":
+            message = await _unparsable_body(request)
+        elif err.status_code == 404:
             message = f"no such endpoint: {request.method} {request.url.path}"
         elif err.status_code == 405:
             message = f"{request.method} is not allowed on {request.url.path}"
         return JSONResponse(error_body(err.status_code, message), err.status_code, err.headers)
+
+
+async def _unparsable_body(request: Request) -> str:
+    """What FastAPI's "There was an error parsing the body" was about: JSON that is not UTF-8
+    (the only cause left once the JSON itself parsed), said with the byte and its offset."""
+    try:
+        (await request.body()).decode("utf-8")
+    except UnicodeDecodeError as err:
+        return (
+            f"body: not UTF-8 (byte {err.object[err.start]:#04x} at offset {err.start}); JSON "
+            "must be sent as UTF-8"
+        )
+    except Exception:  # the body can no longer be read: keep FastAPI's words
+        pass
+    return "body: the request body could not be parsed"

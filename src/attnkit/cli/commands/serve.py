@@ -120,6 +120,11 @@ def run(args: argparse.Namespace) -> int:
             f"attnkit serve needs the serve extra ({err.name} is missing): "
             "pip install 'attnkit[serve]'"
         ) from None
+    if args.translation_model is args.gpt_model is args.bert_model is None:
+        raise ValueError(
+            "--translation-model, --gpt-model, --bert-model: all 'none', so every endpoint "
+            "would answer 503; keep at least one model"
+        )
     import torch
 
     from attnkit.serve import ServeSettings, load_models
