@@ -208,6 +208,19 @@ def test_cli_refusals_are_one_line_and_leave_everything(run_dir, tmp_path, capsy
     assert _snapshot(run_dir) == before
 
 
+def test_cli_names_a_run_folder_that_is_missing_or_a_file(tmp_path, capsys):
+    assert main(["average", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert f"error: run '{tmp_path / 'nope'}': no such folder (expected a run folder" in err, err
+    (tmp_path / "file").write_text("x")
+    assert main(["average", str(tmp_path / "file")]) == 2
+    err = capsys.readouterr().err
+    assert f"error: run '{tmp_path / 'file'}': is a file, expected a run folder" in err, err
+    assert main(["average", str(tmp_path)]) == 2  # a folder: no kept checkpoints in it
+    assert f"no kept checkpoints in {tmp_path / 'steps'}" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
 @pytest.mark.parametrize("value", ["0", "-2", "1.5", "x", "", "nan"])
 def test_last_is_a_checked_positive_integer(run_dir, capsys, value):
     with pytest.raises(SystemExit) as exit_info:

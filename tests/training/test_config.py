@@ -90,7 +90,7 @@ def test_bad_override_syntax(item, message):
     [
         ("[optim]\nmax_steps = 1.5\n", r"optim.max_steps: expected int, got 1.5"),
         ('[optim]\nautocast = "bf32"\n', r"optim.autocast: expected one of"),
-        ("[optim]\nbetas = [0.9]\n", r"optim.betas: expected tuple"),
+        ("[optim]\nbetas = [0.9]\n", r"optim.betas: expected a list of 2 numbers, got \[0.9\]"),
         ('[model]\ndropout = "high"\n', r"model.dropout: expected float"),
         ("[model]\nsrc_vocab_size = 10\n", r"model.src_vocab_size: set from the tokenizer"),
         (
@@ -112,6 +112,27 @@ def test_bad_values(tmp_path, text, message):
 def test_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"nope.toml' does not exist"):
         TrainConfig.from_toml(tmp_path / "nope.toml")
+
+
+def test_a_directory_is_no_config_file(tmp_path):
+    with pytest.raises(ValueError, match=rf"^config file '{tmp_path}' is a directory, not a TOML"):
+        TrainConfig.from_toml(tmp_path)
+
+
+def test_a_file_that_is_not_utf8_is_named_with_the_byte_offset(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_bytes(b"[optim]\nmax_steps = 3\n# caf\xe9\n")
+    with pytest.raises(ValueError) as info:
+        TrainConfig.from_toml(path)
+    message = str(info.value)
+    assert message.startswith(f"config file {str(path)!r}: line 3 is not valid UTF-8"), message
+    assert "byte 0xe9 at byte 6 of line 3, byte offset 27 of the file" in message
+
+
+def test_a_list_of_the_right_length_is_the_tuple():
+    c = TrainConfig.from_toml(CONFIGS / "tiny_copy.toml", ["optim.betas=[0.8,0.9]"])
+    assert c.optim.betas == (0.8, 0.9) and isinstance(c.optim.betas, tuple)
+    assert TrainConfig.from_dict({"optim": {"betas": [0, 0.5]}}).optim.betas == (0.0, 0.5)
 
 
 def test_toml_and_dict_round_trip(tmp_path):
@@ -137,6 +158,37 @@ def test_optim_and_data_validation():
         DataConfig(corpus="")
     with pytest.raises(ValueError, match=r"give both or neither"):
         DataConfig(val_src="a.txt")
+
+
+@pytest.mark.parametrize("corpus", ["foo", "Multi30k", "copy ", "shakespeare"])
+def test_an_unknown_corpus_lists_every_valid_value(corpus):
+    with pytest.raises(ValueError) as info:
+        TrainConfig.from_toml(CONFIGS / "tiny_copy.toml", [f"data.corpus={corpus!r}"])
+    message = str(info.value)
+    assert f'--set "data.corpus={corpus!r}"' in message, message
+    assert "data.corpus: expected one of ['multi30k', 'copy', ''] " in message, message
+    assert f"got {corpus!r}" in message
+    for valid in ["multi30k", "copy", ""]:  # and the files of "" need train_src/train_tgt
+        extra = ["data.train_src=a.txt", "data.train_tgt=b.txt"] if not valid else []
+        items = [f"data.corpus={valid!r}", *extra]
+        assert TrainConfig.from_toml(CONFIGS / "tiny_copy.toml", items).data.corpus == valid
+
+
+@pytest.mark.parametrize(
+    "items,message",
+    [
+        (["data.src_lang=fr"], r"data.src_lang: expected one of \['de', 'en'\] for corpus "),
+        (["data.tgt_lang=EN"], r"data.tgt_lang: expected one of \['de', 'en'\]"),
+        (["data.src_lang=en"], r"data.src_lang and data.tgt_lang: both 'en'"),
+        (["data.train_split=test"], r"data.train_split: expected one of \['train', 'val', "),
+        (["data.val_split=dev"], r"data.val_split: expected one of \[.*'test2016', ''\]"),
+    ],
+)
+def test_a_named_corpus_checks_its_languages_and_splits(items, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig.from_toml(CONFIGS / "multi30k_de_en.toml", items)
+    # The copy task has no languages or splits: the keys are not its to check.
+    TrainConfig.from_toml(CONFIGS / "tiny_copy.toml", items)
 
 
 def test_optional_ffn_dropout_defaults_to_dropout_and_round_trips(tmp_path):
@@ -187,7 +239,10 @@ BAD_SETS = [
     ("optim.max_minutes=-1", r"optim.max_minutes: expected a number in \[0.0, 10000000.0\]"),
     ("optim.max_minutes=nan", r"optim.max_minutes: expected a number in .*, got nan"),
     ("optim.betas=[0.9, 1.0]", r"optim.betas: expected a number in \[0.0, 1.0\), got 1.0"),
-    ("optim.betas=[0.9]", r"optim.betas: expected tuple"),
+    ("optim.betas=[0.9]", r"optim.betas: expected a list of 2 numbers, got \[0.9\] \(1 number\)"),
+    ("optim.betas=[0.9,0.98,0.5]", r"a list of 2 numbers, got \[0.9, 0.98, 0.5\] \(3 numbers\)"),
+    ('optim.betas=[0.9,"x"]', r"optim.betas: expected a list of 2 numbers, got \[0.9, 'x'\]"),
+    ("optim.betas=0.9", r"optim.betas: expected a list of 2 numbers, got 0.9 \(float\)"),
     ('optim.log_every="often"', r"optim.log_every: expected int, got 'often' \(str\)"),
     ("optim.val_bleu=1", r"optim.val_bleu: expected bool, got 1 \(int\)"),
     ("optim.autocast=fp8", r"optim.autocast: expected one of"),

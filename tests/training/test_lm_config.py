@@ -61,6 +61,11 @@ def test_round_trips_through_toml_and_dict(tmp_path):
         ('task = "lm"\n[data]\nvocab_size = 100\n', r"data.vocab_size: expected an integer from"),
         ('task = "lm"\n[data]\ncorpus = ""\n', r"train_file must name a text file"),
         (
+            'task = "lm"\n[data]\ncorpus = "multi30k"\n',
+            r"data.corpus: expected one of \['shakespeare', ''\] \('' = your own text, "
+            r"train_file and val_file\), got 'multi30k'",
+        ),
+        (
             'task = "lm"\n[model]\ncontext_length = 64\n[data]\ncontext_length = 65\n',
             r"data.context_length=65 exceeds model.context_length=64",
         ),

@@ -5,13 +5,14 @@ groups by hand; without it, the paper's Adam in one group."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 import torch
 from torch import nn
 
 from attnkit.training.config import OptimConfig
-from attnkit.training.optim import build_optimizer, decay_groups
+from attnkit.training.optim import build_optimizer, check_threads, decay_groups, usable_cpus
 
 
 class Small(nn.Module):
@@ -98,3 +99,12 @@ def test_a_resume_state_round_trips_and_a_one_group_state_is_refused():
     _step(model, old, steps=1)
     with pytest.raises(ValueError, match=r"saved optimizer state has 1 parameter group\(s\), .* 2"):
         build_optimizer(model, cfg).load_state_dict(old.state_dict())
+
+
+def test_threads_are_bounded_by_the_cpus_this_process_may_use():
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert usable_cpus() == cpus
+    check_threads(0)  # automatic
+    check_threads(cpus)
+    with pytest.raises(ValueError, match=rf"^optim.threads={cpus + 1}: expected 0 .* to {cpus}"):
+        check_threads(cpus + 1)

@@ -91,15 +91,9 @@ def test_a_file_is_no_run_folder(tmp_path):
 
 
 def test_a_run_that_stopped_before_its_first_checkpoint_is_started_over(tmp_path):
-    """A data error stops the run before anything is saved; the same folder takes the next
-    attempt (it holds only attnkit's run files, none of them a checkpoint)."""
-    folder = tmp_path / "run"
-    bad = fast_config("optim.max_steps=2", "data.corpus=", "data.train_src=nope.de",
-                      "data.train_tgt=nope.en")  # fmt: skip
-    with pytest.raises((FileNotFoundError, ValueError), match=r"nope.de"):
-        train(bad, folder, progress=False)
-    assert folder.is_dir() and not (folder / "last").exists()
-    assert {p.name for p in folder.iterdir()} <= RUN_FILES and (folder / LOCK_FILE).is_file()
+    """A run killed before anything is saved leaves only attnkit's run files, none of them a
+    checkpoint; the same folder takes the next attempt."""
+    folder = make(tmp_path / "run", {name: "" for name in RUN_FILES})
     (folder / "metrics.jsonl").write_text('{"step": 7, "train_loss": 1.0}\n')  # a killed run's
     result = train(fast_config("optim.max_steps=2"), folder, progress=False)
     assert result.step == 2
@@ -132,6 +126,63 @@ def test_a_new_or_empty_folder_is_taken(tmp_path, exists):
         folder.mkdir(parents=True)
     result = train(fast_config("optim.max_steps=1"), folder, progress=False)
     assert result.step == 1 and (folder / "last" / "state.json").is_file()
+
+
+def _mismatched_files(tmp_path: Path) -> list[str]:
+    """Overrides naming two files of 2 and 1 lines: they open, and fail when they are read,
+    after the run folder is made."""
+    (tmp_path / "two.de").write_text("a\nb\n")
+    (tmp_path / "one.en").write_text("a\n")
+    return ["data.corpus=", f"data.train_src={tmp_path / 'two.de'}",
+            f"data.train_tgt={tmp_path / 'one.en'}"]  # fmt: skip
+
+
+def test_a_run_that_fails_in_its_setup_takes_back_the_folders_it_made(tmp_path):
+    folder = tmp_path / "runs" / "a" / "b"
+    bad = fast_config("optim.max_steps=2", *_mismatched_files(tmp_path))
+    with pytest.raises(ValueError, match=r"has 2 lines but .* has 1 lines"):
+        train(bad, folder, progress=False)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_run_that_fails_in_its_setup_leaves_what_was_there_before(tmp_path):
+    """The user's empty folder stays, and so do the files of an earlier run that stopped
+    before its first checkpoint; only the files this run created go."""
+    bad = fast_config("optim.max_steps=2", *_mismatched_files(tmp_path))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match=r"has 2 lines"):
+        train(bad, empty, progress=False)
+    assert empty.is_dir() and not any(empty.iterdir())
+    stopped = make(tmp_path / "stopped", {LOCK_FILE: "", "train.log": "an earlier run\n"})
+    with pytest.raises(ValueError, match=r"has 2 lines"):
+        train(bad, stopped, progress=False)
+    assert sorted(p.name for p in stopped.iterdir()) == [LOCK_FILE, "train.log"]
+    assert (stopped / "train.log").read_text().startswith("an earlier run\n")
+
+
+def test_discard_new_removes_only_what_the_run_made(tmp_path):
+    folder = RunFolder(tmp_path / "new" / "run")
+    folder.open_new()
+    make(folder.path, {"train.log": "x", "tokenizer.json": "{}", "notes.txt": "a user's"})
+    folder.discard_new()
+    assert not folder.locked
+    assert sorted(p.name for p in (tmp_path / "new" / "run").iterdir()) == ["notes.txt"]
+    folder = RunFolder(tmp_path / "new2")
+    folder.open_new()
+    (folder.path / "sub").mkdir()  # not a run file: neither it nor its folder is removed
+    folder.discard_new()
+    assert (tmp_path / "new2" / "sub").is_dir() and not (tmp_path / "new2" / LOCK_FILE).exists()
+    RunFolder(tmp_path / "never").discard_new()  # never opened: nothing to take back
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new", "new2"]
+
+
+def test_discard_new_deletes_nothing_without_the_lock(tmp_path):
+    folder = RunFolder(tmp_path / "run")
+    folder.open_new()
+    folder.unlock()
+    folder.discard_new()
+    assert (tmp_path / "run" / LOCK_FILE).is_file()
 
 
 def test_a_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
 
 from attnkit.training.metrics_log import read_metrics
 from attnkit.training.trainer import Trainer, train
+from tests.helpers.lm import tiny_lm_config
 from tests.helpers.training import fast_config, weights
 
 
@@ -22,6 +24,39 @@ def test_cooldown_needs_a_fixed_budget(tmp_path):
     config = fast_config("optim.max_steps=0", "optim.patience=3", "optim.cooldown=0.2")
     with pytest.raises(ValueError, match=r"optim.cooldown=0.2 needs a fixed budget"):
         Trainer(config, tmp_path)
+
+
+def test_threads_beyond_the_cpus_are_refused_before_the_run_folder(tmp_path):
+    """The bound of the commands' --threads: 1 to the CPUs this process may use (0 = auto)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    config = fast_config("optim.max_steps=1", f"optim.threads={cpus + 1}")
+    with pytest.raises(ValueError, match=rf"^optim.threads={cpus + 1}: expected 0 .* to {cpus},"):
+        Trainer(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    for threads in (0, cpus):
+        Trainer(fast_config("optim.max_steps=1", f"optim.threads={threads}"), tmp_path / "run")
+
+
+SRC_TGT = ["data.train_src={d}/src.de", "data.train_tgt={d}/tgt.en"]
+UNREADABLE_DATA_FILES = [  # (config maker, overrides with {d} = a folder, the key at fault)
+    (fast_config, ["data.train_src={d}/no.de", "data.train_tgt={d}/tgt.en"], "data.train_src"),
+    (fast_config, ["data.train_src={d}/src.de", "data.train_tgt={d}"], "data.train_tgt"),
+    (fast_config, [*SRC_TGT, "data.val_src={d}/no.de", "data.val_tgt={d}/tgt.en"], "data.val_src"),
+    (tiny_lm_config, ["data.train_file={d}/no.txt"], "data.train_file"),
+    (tiny_lm_config, ["data.train_file={d}/src.de", "data.val_file={d}"], "data.val_file"),
+]
+
+
+@pytest.mark.parametrize(
+    "make,items,key", UNREADABLE_DATA_FILES, ids=[key for *_, key in UNREADABLE_DATA_FILES]
+)
+def test_data_files_are_checked_before_the_run_folder(tmp_path, make, items, key):
+    (tmp_path / "src.de").write_text("a b\n")
+    (tmp_path / "tgt.en").write_text("a b\n")
+    config = make("data.corpus=", "optim.max_steps=1", *(i.format(d=tmp_path) for i in items))
+    with pytest.raises(ValueError, match=rf"^{key}: (cannot read|.* is a directory)"):
+        train(config, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
 
 
 def test_cooldown_decays_the_logged_lr_to_zero_over_the_step_budget(tmp_path):

@@ -25,6 +25,7 @@ import torch
 
 from attnkit import model_folder as mf
 from attnkit.training import checkpoint as ckpt
+from attnkit.training.run_folder import check_run_folder
 
 STEPS_DIR = "steps"
 AVERAGED_KEY = "averaged"  # state.json key listing the averaged checkpoints
@@ -156,12 +157,13 @@ def average_run(
         ``(out, the averaged checkpoints)``.
 
     Raises:
-        ValueError: If ``last`` is not positive, the run kept fewer checkpoints, or ``out``
-            may not be written.
+        ValueError: If ``last`` is not positive, ``run`` is no folder, the run kept fewer
+            checkpoints, or ``out`` may not be written.
     """
     run = Path(run)
     if isinstance(last, bool) or not isinstance(last, int) or last < 1:
         raise ValueError(f"--last: expected a positive number, got {last!r}")
+    check_run_folder(run, "run")
     found = step_checkpoints(run)
     if not found:
         raise ValueError(

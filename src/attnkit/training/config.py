@@ -27,8 +27,11 @@ Every value is checked where it is read: its type, and its range from
 or ``=10**12`` fail at once). An error names where the value came from (the file, or the
 ``--set`` item) and the field. ``[model]`` values are checked by
 :class:`~attnkit.models.TransformerConfig` or :class:`~attnkit.models.GPTConfig`.
+``data.corpus`` must name a shipped corpus, the copy task or ``""`` (files), and a shipped
+corpus's languages and splits are checked too, so that no such error waits until the run
+folder is made.
 
-Length: about 490 lines, over the house's ~400: the two tasks share the reading, checking,
+Length: about 540 lines, over the house's ~400: the two tasks share the reading, checking,
 override and writing code here and differ in their section types and the keys they fix; the
 language model's own ``[data]`` section, its checks across sections and its resume rule are in
 :mod:`attnkit.training.lm_config`.
@@ -46,6 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnkit.data.corpus import NAMED_CORPORA
+from attnkit.metrics.io import decode_utf8
 from attnkit.models.config_checks import check_choice, check_number
 from attnkit.models.gpt import GPTConfig
 from attnkit.models.transformer import TransformerConfig
@@ -62,6 +67,7 @@ AUTOCAST_MODES = ("auto", "bf16", "fp16", "none")
 BEST_METRICS = ("auto", "val_loss", "val_bleu")
 SCHEDULES = ("inverse_sqrt", "cosine")
 TASKS = ("translation", "lm")
+COPY_CORPUS = "copy"  # data.corpus of the synthetic copy task
 
 
 @dataclass
@@ -97,6 +103,13 @@ class DataConfig:
     copy_max_len: int = 10  # corpus = "copy": longest sequence, in words
 
     def __post_init__(self) -> None:
+        corpora = [*sorted(NAMED_CORPORA), COPY_CORPUS, ""]
+        if self.corpus not in corpora:
+            raise ValueError(
+                f"data.corpus: expected one of {corpora} ('' = your own files, train_src and "
+                f"train_tgt), got {self.corpus!r}"
+            )
+        self._check_named_corpus()
         if not self.corpus and not (self.train_src and self.train_tgt):
             raise ValueError('data: with corpus = "" both train_src and train_tgt must name files')
         if bool(self.val_src) != bool(self.val_tgt):
@@ -108,6 +121,28 @@ class DataConfig:
             raise ValueError(
                 f"data.copy_max_len={self.copy_max_len} must be >= "
                 f"data.copy_min_len={self.copy_min_len}"
+            )
+
+    def _check_named_corpus(self) -> None:
+        """The languages and splits of a shipped corpus, checked here rather than when it is
+        read, after the run folder is made."""
+        spec = NAMED_CORPORA.get(self.corpus)
+        if spec is None:
+            return
+        for key in ("src_lang", "tgt_lang", "train_split", "val_split"):
+            value = getattr(self, key)
+            choices = spec.languages if key.endswith("lang") else list(spec.splits)
+            if key == "val_split":
+                choices = [*choices, ""]  # "" = no validation
+            if value not in choices:
+                raise ValueError(
+                    f"data.{key}: expected one of {list(choices)} for corpus {self.corpus!r}, "
+                    f"got {value!r}"
+                )
+        if self.src_lang == self.tgt_lang:
+            raise ValueError(
+                f"data.src_lang and data.tgt_lang: both {self.src_lang!r}; corpus "
+                f"{self.corpus!r} translates between two different languages"
             )
 
 
@@ -313,15 +348,23 @@ class TrainConfig:
 
         Raises:
             FileNotFoundError: If ``path`` does not exist.
-            ValueError: On TOML syntax errors, bad overrides, unknown keys or bad values.
+            ValueError: If ``path`` is a directory or another non-file, is not UTF-8 (naming
+                the line and byte offset), on TOML syntax errors, bad overrides, unknown keys
+                or bad values.
         """
         path = Path(path)
+        name = f"config file {os.fspath(path)!r}"
+        if not path.exists():
+            raise FileNotFoundError(f"{name} does not exist")
+        if path.is_dir():
+            raise ValueError(f"{name} is a directory, not a TOML config file")
         if not path.is_file():
-            raise FileNotFoundError(f"config file {os.fspath(path)!r} does not exist")
+            raise ValueError(f"{name} is not a regular file, expected a TOML config file")
+        text = decode_utf8(path.read_bytes(), name)
         try:
-            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+            raw = tomllib.loads(text)
         except tomllib.TOMLDecodeError as err:
-            raise ValueError(f"config file {os.fspath(path)!r} is not valid TOML: {err}") from None
+            raise ValueError(f"{name} is not valid TOML: {err}") from None
         overrides = list(overrides)
         return cls.from_dict(
             apply_overrides(raw, overrides),
@@ -471,14 +514,18 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
         value = float(value) if ok else value
     elif hint is str:
         ok = isinstance(value, str)
-    elif typing.get_origin(hint) is tuple:
-        args = typing.get_args(hint)
-        ok = (
-            isinstance(value, (list, tuple))
-            and len(value) == len(args)
-            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    elif typing.get_origin(hint) is tuple:  # a TOML list of numbers, e.g. [0.9, 0.98]
+        size = len(typing.get_args(hint))
+        numbers = isinstance(value, (list, tuple)) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
         )
-        value = tuple(float(v) for v in value) if ok else value
+        if not numbers or len(value) != size:
+            got = f"{len(value)} number{'' if len(value) == 1 else 's'}" if numbers else None
+            raise ValueError(
+                f"{name}: expected a list of {size} numbers, got {value!r} "
+                f"({got or type(value).__name__})"
+            )
+        return tuple(float(v) for v in value)
     else:  # pragma: no cover - every field above is one of these types
         raise TypeError(f"{name}: unsupported field type {hint!r}")
     if not ok:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
+import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from attnkit.data import (
@@ -13,11 +16,10 @@ from attnkit.data import (
     load_named_corpus,
     load_parallel,
 )
-from attnkit.training.config import DataConfig
+from attnkit.metrics.io import STDIN
+from attnkit.training.config import COPY_CORPUS, DataConfig
 
 logger = logging.getLogger(__name__)
-
-COPY_CORPUS = "copy"
 
 Pairs = list[tuple[list[int], list[int]]]
 
@@ -57,6 +59,30 @@ def load_text(cfg: DataConfig) -> TextData:
         cfg.corpus or f"{cfg.train_src}, {cfg.train_tgt}",
     )
     return TextData(train=train, val=val)
+
+
+def check_files(files: Mapping[str, str]) -> None:
+    """Checks that each data file can be opened, before the run folder is made.
+
+    Args:
+        files: Config key (``"data.train_src"``) -> file name; ``""`` (no file) and ``-``
+            (standard input) are skipped. Only regular files are opened (a named pipe would
+            wait for a writer); what the files hold is checked when they are read.
+
+    Raises:
+        ValueError: Naming the key and the file, if it is missing, a directory or unreadable.
+    """
+    for key, name in files.items():
+        if not name or name == STDIN:
+            continue
+        try:
+            mode = os.stat(name).st_mode
+            if stat.S_ISREG(mode):
+                open(name, "rb").close()
+        except OSError as err:
+            raise ValueError(f"{key}: cannot read {name!r} ({err.strerror or err})") from None
+        if stat.S_ISDIR(mode):
+            raise ValueError(f"{key}: {name!r} is a directory, expected a text file")
 
 
 def train_tokenizer(text: TextData, cfg: DataConfig) -> SubwordTokenizer:

@@ -37,6 +37,7 @@ from attnkit.data.lm_tokenizer import newline_id, train_lm_tokenizer
 from attnkit.models.gpt import GPT
 from attnkit.models.gpt_tokenizer import GPTTokenizer
 from attnkit.training.config import TrainConfig
+from attnkit.training.datasets import check_files
 from attnkit.training.distributed import raise_together
 from attnkit.training.lm_config import LMDataConfig
 from attnkit.training.loss import linear_cross_entropy
@@ -152,6 +153,12 @@ class LMTask(Task):
         self.sample_temperature = sample_temperature
         self.sample_seed = sample_seed
         self.tokenizer: GPTTokenizer | None = None
+
+    def check_data(self, config: TrainConfig) -> None:
+        """With ``corpus = ""``: ``train_file`` and ``val_file`` can be opened."""
+        if not config.data.corpus:
+            keys = ("train_file", "val_file")
+            check_files({f"data.{k}": getattr(config.data, k) for k in keys})
 
     def prepare(self, run: RunContext) -> TrainConfig:
         """Texts, tokenizer, ids and windows; fills in the model's vocabulary and bos."""

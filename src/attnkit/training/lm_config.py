@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from attnkit.data.corpus import NAMED_TEXTS
 from attnkit.data.lm_tokenizer import LM_TOKENIZERS
 from attnkit.models.config_checks import check_choice, check_size
 from attnkit.models.gpt import GPTConfig
@@ -56,6 +57,12 @@ class LMDataConfig:
     seed: int = 0  # seed of the windows' random offsets
 
     def __post_init__(self) -> None:
+        corpora = [*sorted(NAMED_TEXTS), ""]
+        if self.corpus not in corpora:
+            raise ValueError(
+                f"data.corpus: expected one of {corpora} ('' = your own text, train_file and "
+                f"val_file), got {self.corpus!r}"
+            )
         if not self.corpus and not self.train_file:
             raise ValueError('data: with corpus = "" train_file must name a text file')
         check_section("data", self)  # vocab_size, min_frequency, seed

@@ -72,10 +72,28 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, d_model:
     )
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity (a container or taskset may allow fewer
+    than the machine has), else the machine's count."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def check_threads(threads: int) -> None:
+    """Raises ``ValueError`` naming ``optim.threads`` if it asks for more threads than this
+    process has CPUs (the bound of the commands' ``--threads``; 0 = :func:`default_threads`)."""
+    cpus = usable_cpus()
+    if threads > cpus:
+        raise ValueError(
+            f"optim.threads={threads}: expected 0 (one per physical core) to {cpus}, the CPUs "
+            "this process may use"
+        )
+
+
 def default_threads(info: DistInfo) -> int:
     """Physical cores shared out among the processes on this machine."""
     capabilities = getattr(torch.cpu, "get_capabilities", dict)()
     cores = capabilities.get("num_physical_cores") or os.cpu_count() or 1
-    if hasattr(os, "sched_getaffinity"):  # a container or taskset may allow fewer
-        cores = min(cores, len(os.sched_getaffinity(0)))
+    cores = min(cores, usable_cpus())
     return max(1, cores // info.local_world_size)

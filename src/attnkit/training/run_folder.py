@@ -10,6 +10,10 @@ Rules (``attnkit train`` and :class:`~attnkit.training.Trainer` follow them):
   and left exactly as it was, whether it holds another run (resume it, or choose a new folder)
   or files attnkit did not write.
 * A resume needs a folder holding a run with a ``last`` checkpoint.
+* A new run that fails while it is set up (unreadable data, a tokenizer that cannot be
+  trained, an interrupt) takes back what it made (:meth:`RunFolder.discard_new`): the run
+  files it created, then the folders it created if they are empty. Files and folders that
+  were there before it started are never removed.
 * While a run writes its folder it holds an exclusive lock on ``FOLDER/.attnkit.lock``
   (:mod:`filelock`: ``flock`` on Unix, ``LockFileEx`` on Windows). A second ``train`` or
   ``--resume`` into the same folder is refused, so two runs never delete each other's
@@ -20,6 +24,7 @@ Rules (``attnkit train`` and :class:`~attnkit.training.Trainer` follow them):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -44,6 +49,28 @@ class RunFolderError(ValueError):
     """A run folder that may not be used as asked; nothing in it was changed."""
 
 
+def check_run_folder(path: str | os.PathLike[str], what: str) -> None:
+    """Raises :class:`RunFolderError` naming ``what`` (the option, e.g. ``--resume``) and
+    ``path`` if ``path`` does not exist or is not a folder."""
+    path = Path(path)
+    if not path.exists():
+        raise RunFolderError(
+            f"{what} {os.fspath(path)!r}: no such folder (expected a run folder written by "
+            "`attnkit train`)"
+        )
+    if not path.is_dir():
+        raise RunFolderError(f"{what} {os.fspath(path)!r}: is a file, expected a run folder")
+
+
+def _missing_folders(path: Path) -> list[Path]:
+    """The folders ``path.mkdir(parents=True)`` would create, outermost first."""
+    missing = []
+    while not path.exists() and not path.is_symlink() and path.parent != path:
+        missing.append(path)
+        path = path.parent
+    return missing[::-1]
+
+
 class RunFolder:
     """A run's folder and its writer lock.
 
@@ -54,6 +81,10 @@ class RunFolder:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._lock: FileLock | None = None
+        # Set by open_new(): the folders it created and the entries the folder held before,
+        # so that discard_new() removes only what this run made.
+        self._made: list[Path] = []
+        self._held: frozenset[str] | None = None
 
     @property
     def locked(self) -> bool:
@@ -73,6 +104,8 @@ class RunFolder:
                 before its first checkpoint, or another process holds its lock.
         """
         self._refuse_unless_empty()
+        made = _missing_folders(self.path)
+        held = frozenset(p.name for p in self.path.iterdir()) if self.path.is_dir() else None
         self.path.mkdir(parents=True, exist_ok=True)
         self.lock()
         try:
@@ -80,6 +113,36 @@ class RunFolder:
         except RunFolderError:
             self.unlock()
             raise
+        self._made, self._held = made, held or frozenset()
+
+    def discard_new(self) -> None:
+        """Takes back what :meth:`open_new` and the run's setup made, for a new run that
+        failed before it began, and releases the lock.
+
+        Deletes the run files (:data:`RUN_FILES`) that were not in the folder when it was
+        opened, then the folders :meth:`open_new` created, innermost first, as long as they
+        are empty. Anything else stays: files that were there before, files attnkit does not
+        write, and every folder the user had. Without the lock (another process may be
+        writing) nothing is deleted.
+        """
+        held, made = self._held, self._made
+        self._held, self._made = None, []
+        if held is None or not self.locked:
+            self.unlock()
+            return
+        # The lock file last, while still held: no other process takes the folder meanwhile.
+        for name in [*sorted(RUN_FILES - held - {LOCK_FILE}), LOCK_FILE]:
+            path = self.path / name
+            if name not in held and path.is_file() and not path.is_symlink():
+                with contextlib.suppress(OSError):  # best effort: the run's error comes first
+                    path.unlink()
+        self.unlock()
+        for folder in reversed(made):
+            try:
+                folder.rmdir()  # only an empty folder: whatever else appeared in it stays
+            except OSError:
+                break
+        logger.debug("discarded the new run in %s", self.path)
 
     def open_for_resume(self) -> Path:
         """Locks a run folder and returns its ``last`` checkpoint.
@@ -88,7 +151,8 @@ class RunFolder:
             RunFolderError: If the folder holds no ``last`` checkpoint or another process
                 holds its lock.
         """
-        if not self.path.is_dir() or self.last_checkpoint() is None:
+        check_run_folder(self.path, "--resume")
+        if self.last_checkpoint() is None:
             raise RunFolderError(f"--resume {os.fspath(self.path)!r}: no `last` checkpoint")
         self.lock()
         found = self.last_checkpoint()
@@ -142,8 +206,8 @@ class RunFolder:
             and set(entries) <= RUN_FILES
             and all((path / e).is_file() and not (path / e).is_symlink() for e in entries)
         ):
-            # A run that stopped before its first checkpoint (e.g. on a data error): only
-            # files attnkit writes, beside the lock file that proves a run used the folder;
+            # A run that stopped before its first checkpoint (e.g. killed in its first steps):
+            # only files attnkit writes, beside the lock file that proves a run used the folder;
             # nothing to resume. A new run may take it over unless the run is still going
             # (then lock() refuses).
             if not self.locked:

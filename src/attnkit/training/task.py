@@ -7,6 +7,9 @@ exact resume. A *task* owns the data, the loss and the evaluation. Translation
 (:class:`~attnkit.training.lm.LMTask`) the second; the config's ``task`` picks one
 (:func:`~attnkit.training.trainer.default_task`). Each implements these methods:
 
+``check_data(config)`` (optional)
+    Check what can be checked of the data before the run folder is touched, such as that
+    the files the config names can be opened; raise ``ValueError`` naming the config key.
 ``prepare(run) -> TrainConfig``
     Load the data and the tokenizer: on a new run rank 0 trains it and saves it as
     ``run.out_dir / "tokenizer.json"`` (inside :func:`~attnkit.training.distributed.raise_together`
@@ -111,6 +114,10 @@ class Task(ABC):
 
     higher_is_better: ClassVar[dict[str, bool]] = {"val_loss": False}
     tokenizer: Any = None
+
+    def check_data(self, config: TrainConfig) -> None:  # noqa: B027 - optional
+        """Checks the data ``config`` names before the run folder is touched (default:
+        nothing to check)."""
 
     @abstractmethod
     def prepare(self, run: RunContext) -> TrainConfig: ...

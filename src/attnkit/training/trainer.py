@@ -54,7 +54,7 @@ from attnkit.training.distributed import (
     raise_together,
 )
 from attnkit.training.metrics_log import MetricsLog, TrainMeter, add_file_handler
-from attnkit.training.optim import build_optimizer, default_threads
+from attnkit.training.optim import build_optimizer, check_threads, default_threads
 from attnkit.training.precision import resolve_autocast
 from attnkit.training.run_folder import LOG_FILE, METRICS_FILE, RUN_CONFIG_FILE, RunFolder
 from attnkit.training.run_state import (
@@ -127,6 +127,7 @@ class Trainer:
                 'optim.schedule="cosine" needs a fixed budget to decay over (max_steps, '
                 "max_epochs or max_minutes); patience alone has no known end"
             )
+        check_threads(o.threads)
         if task is not None and eval_hook is not None:
             raise ValueError("eval_hook: give it to the task, not with task=")
         self.config = config
@@ -158,11 +159,15 @@ class Trainer:
         """Process group, run folder (locked), data, model, optimizer; restores a resume.
 
         Idempotent; after :meth:`close` it takes the lock again. Every check that can fail
-        on one rank fails on all of them.
+        on one rank fails on all of them. The task checks its data files
+        (:meth:`~attnkit.training.task.Task.check_data`) before the run folder is touched, and
+        a new run that fails later in the setup takes back the folder and files it made
+        (:meth:`~attnkit.training.run_folder.RunFolder.discard_new`).
 
         Raises:
-            ValueError: If the run folder may not be used (see :mod:`.run_folder`), or a
-                resume would change what the saved weights and tokenizer were made with.
+            ValueError: If the run folder may not be used (see :mod:`.run_folder`), a data
+                file cannot be read, or a resume would change what the saved weights and
+                tokenizer were made with.
         """
         if self.run is not None:
             if not self.folder.locked:
@@ -177,6 +182,8 @@ class Trainer:
         torch.set_num_threads(threads)
         resume_from = None
         with raise_together(info):
+            self.task.check_data(self.config)
+        with raise_together(info):
             if info.is_main:
                 if self.resume:
                     resume_from = self.folder.open_for_resume()
@@ -190,6 +197,9 @@ class Trainer:
                     check_resume(saved, self.config, resume_from / mf.CONFIG_FILE)
             self._setup(info, threads, resume_from)
         except BaseException:
+            self._stop_log()
+            if not self.resume:
+                self.folder.discard_new()  # a run that never began leaves nothing behind
             self.close()
             raise
 
@@ -249,11 +259,14 @@ class Trainer:
 
     def close(self) -> None:
         """Stops copying the log into ``train.log`` and releases the run folder's lock."""
+        self._stop_log()
+        self.folder.unlock()
+
+    def _stop_log(self) -> None:
         if self._log_handler is not None:
             logging.getLogger("attnkit").removeHandler(self._log_handler)
             self._log_handler.close()
             self._log_handler = None
-        self.folder.unlock()
 
     def __enter__(self) -> Trainer:
         return self

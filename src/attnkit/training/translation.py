@@ -24,7 +24,13 @@ from attnkit.data.batching import pair_length
 from attnkit.models.transformer import Transformer
 from attnkit.training import checkpoint as ckpt
 from attnkit.training.config import TrainConfig
-from attnkit.training.datasets import Pairs, encode, load_text, train_tokenizer
+from attnkit.training.datasets import (
+    Pairs,
+    check_files,
+    encode,
+    load_text,
+    train_tokenizer,
+)
 from attnkit.training.distributed import raise_together
 from attnkit.training.sequence_loss import SequenceLoss, decoder_states
 from attnkit.training.task import (
@@ -65,6 +71,12 @@ class TranslationTask(Task):
         self.segmenter: SubwordTokenizer | None = None
         self.sampler: TokenBatchSampler | None = None
         self.val_batches: list[list[int]] = []
+
+    def check_data(self, config: TrainConfig) -> None:
+        """With ``corpus = ""``: the four files can be opened (:func:`check_files`)."""
+        if not config.data.corpus:
+            keys = ("train_src", "train_tgt", "val_src", "val_tgt")
+            check_files({f"data.{k}": getattr(config.data, k) for k in keys})
 
     def prepare(self, run: RunContext) -> TrainConfig:
         """Texts, tokenizer, encoded pairs, samplers; fills in the model's vocabulary size."""

@@ -34,9 +34,11 @@ The run folder OUT receives:
                   same folder is refused; a killed run's lock is released by the system
 
 OUT must be new or empty: a folder holding anything else (another run, or files attnkit did
-not write) is refused and left untouched. --resume may change budgets, evaluation and other
-[optim] keys and the dropouts, but not the [model] keys or the [data] keys that made the
-saved weights and tokenizer.
+not write) is refused and left untouched. Config errors and missing data files are found
+before OUT is made; a new run that fails later but before its first step (e.g. on data that
+does not read) takes back the folders and files it made (a folder you had stays).
+--resume may change budgets, evaluation and other [optim] keys and the dropouts, but not the
+[model] keys or the [data] keys that made the saved weights and tokenizer.
 
 Several processes: torchrun --nproc-per-node 2 -m attnkit train ... (DistributedDataParallel,
 gloo on CPU, nccl on CUDA; max_tokens is per process, so the global batch grows with them).
@@ -132,6 +134,7 @@ def _config(args: argparse.Namespace):
 
     from attnkit.training.checkpoint import find_checkpoint, read_train_config
     from attnkit.training.config import TrainConfig
+    from attnkit.training.run_folder import check_run_folder
 
     if args.resume:
         if args.config:
@@ -141,6 +144,7 @@ def _config(args: argparse.Namespace):
             )
         if args.out and Path(args.out).resolve() != Path(args.resume).resolve():
             raise ValueError(f"--out {args.out!r}: with --resume the run folder is {args.resume!r}")
+        check_run_folder(args.resume, "--resume")
         folder = find_checkpoint(Path(args.resume) / "last")
         if folder is None:
             raise ValueError(f"--resume {args.resume!r}: no `last` checkpoint in that folder")
