@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 import sacrebleu
@@ -365,6 +366,35 @@ def test_bad_settings_raise():
         corpus_bleu(["a"], [["a"]], max_ngram_order=0)
     with pytest.raises(ValueError, match="smooth_value"):
         corpus_bleu(["a"], [["a"]], smooth_value="0.1")
+    # Before: 10**9 took all the memory (the process was killed), -1 a math domain error, NaN a
+    # NaN score, 0 bootstrap resamples were silently none.
+    with pytest.raises(ValueError, match=r"max_ngram_order must be an integer from 1 to 100"):
+        corpus_bleu(["a"], [["a"]], max_ngram_order=10**9)
+    for method, value in (("floor", -1), ("add-k", -1), ("floor", math.nan), ("add-k", math.inf)):
+        with pytest.raises(ValueError, match=r"smooth_value: expected a finite number >= 0"):
+            corpus_bleu(["a b"], [["a c"]], smooth_method=method, smooth_value=value)
+    for n in (0, -5, "100", 2.0):
+        with pytest.raises(ValueError, match=r"n_bootstrap must be an integer >= 1"):
+            corpus_bleu(["a"], [["a"]], n_bootstrap=n)
+    for seed in (-1, "x", 1.5):
+        with pytest.raises(ValueError, match=r"seed must be None or an integer >= 0"):
+            corpus_bleu(["a b c d"], [["a b c d"]], n_bootstrap=10, seed=seed)
+
+
+@pytest.mark.parametrize(
+    "counts, totals, sys_len, ref_len, message",
+    [
+        ([5] * 4, [1] * 4, 3, 3, r"order 1 has 5 matches of 1 n-grams"),  # was BLEU 500
+        ([1, -1, 0, 0], [1] * 4, 3, 3, r"order 2 has -1 matches of 1 n-grams"),
+        (["a"] * 4, [1] * 4, 3, 3, r"order 1 has 'a' matches"),
+        ([1] * 4, [1] * 4, -3, 3, r"sys_len: expected a number >= 0, got -3"),
+    ],
+)
+def test_statistics_that_bleu_cannot_come_from_are_refused(
+    counts, totals, sys_len, ref_len, message
+):
+    with pytest.raises(ValueError, match=message):
+        compute_bleu(counts, totals, sys_len, ref_len)
     with pytest.raises(TypeError, match="single str"):
         sentence_bleu("a b", "a b")
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -125,6 +126,26 @@ class BLEUScore:
         return self.format()
 
 
+def _check_counts(counts, totals, sys_len, ref_len) -> None:
+    """Statistics BLEU can come from: numbers, ``0 <= c_n <= t_n``, lengths >= 0 (a match
+    count above its total gave BLEU 500; a negative one, a math domain error)."""
+    for n, (c, t) in enumerate(zip(counts, totals, strict=True), start=1):
+        ok = all(_is_number(v) and v >= 0 for v in (c, t)) and c <= t
+        if not ok:
+            raise ValueError(
+                f"counts, totals: order {n} has {c!r} matches of {t!r} n-grams; expected "
+                "numbers with 0 <= matches <= n-grams"
+            )
+    for name, value in (("sys_len", sys_len), ("ref_len", ref_len)):
+        if not (_is_number(value) and value >= 0):
+            raise ValueError(f"{name}: expected a number >= 0, got {value!r}")
+
+
+def _is_number(value) -> bool:
+    # numpy scalars (the bootstrap's sums) count; bools and NaN do not
+    return not isinstance(value, bool | str) and isinstance(value, numbers.Real) and value == value
+
+
 def compute_bleu(
     counts: Sequence[float],
     totals: Sequence[float],
@@ -158,6 +179,7 @@ def compute_bleu(
         raise ValueError(
             f"counts and totals need one entry per n-gram order, got {len(counts)} and {len(totals)}"
         )
+    _check_counts(counts, totals, sys_len, ref_len)
     if smooth_value is None:
         smooth_value = SMOOTH_DEFAULTS[smooth_method]
     max_order = len(counts)
@@ -281,6 +303,10 @@ def corpus_bleu(
         BLEU = 48.53 82.4/50.0/45.5/37.5 (BP = 0.943 ratio = 0.944 hyp_len = 17 ref_len = 18)
     """
     check_smoothing(smooth_method, smooth_value)
+    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, int) or n_bootstrap < 1:
+        raise ValueError(
+            f"n_bootstrap must be an integer >= 1 (1 = no confidence interval), got {n_bootstrap!r}"
+        )
     stats = bleu_statistics(
         hypotheses,
         references,

@@ -82,6 +82,12 @@ MAX_RESAMPLED_LINES = 1 << 27
 the (n_samples, 2 + 2N) sums. More is refused with a message rather than left to the kernel."""
 
 
+def check_seed(seed: int | None) -> None:
+    """Raise unless ``seed`` is None or an integer >= 0 (what numpy's ``default_rng`` takes)."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise ValueError(f"seed must be None or an integer >= 0, got {seed!r}")
+
+
 def _check_samples(n_samples: int, lines: int = 0) -> None:
     if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
         raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}")
@@ -149,6 +155,7 @@ def bootstrap_ci(
     import numpy as np
 
     _check_samples(n_samples, len(stats))
+    check_seed(seed)
     if not stats.segments:
         return ConfidenceInterval(0.0, 0.0, 0.0, 0.0, n_samples, seed)
     rng = np.random.default_rng(seed)

@@ -7,6 +7,7 @@ only ``version`` is attnkit's rather than sacreBLEU's.
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 SMOOTH_DEFAULTS: dict[str, float | None] = {
@@ -49,6 +50,10 @@ def check_smoothing(smooth_method: str, smooth_value: float | None) -> None:
         isinstance(smooth_value, bool) or not isinstance(smooth_value, int | float)
     ):
         raise ValueError(f"smooth_value must be a number or None, got {smooth_value!r}")
+    # floor replaces a zero precision by smooth_value / total and add-k adds it to counts and
+    # totals: a negative or NaN value made log() fail or the score NaN.
+    if smooth_value is not None and not (math.isfinite(smooth_value) and smooth_value >= 0):
+        raise ValueError(f"smooth_value: expected a finite number >= 0, got {smooth_value!r}")
 
 
 def bleu_signature(

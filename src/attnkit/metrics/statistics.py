@@ -26,6 +26,10 @@ from attnkit.metrics.tokenizers import get_tokenizer
 Row = tuple[int, ...]
 """One segment: ``(sys_len, ref_len, c_1, ..., c_N, t_1, ..., t_N)``, sacreBLEU's layout."""
 
+MAX_NGRAM_ORDER = 100
+"""The largest ``max_ngram_order`` accepted. BLEU-4 is the standard; every line counts its
+n-grams of each order up to N, so a mistyped N (10**9) would take all the memory."""
+
 
 @dataclass(frozen=True)
 class BLEUStatistics:
@@ -223,9 +227,12 @@ def bleu_statistics(
     if (
         isinstance(max_ngram_order, bool)
         or not isinstance(max_ngram_order, int)
-        or max_ngram_order < 1
+        or not 1 <= max_ngram_order <= MAX_NGRAM_ORDER
     ):
-        raise ValueError(f"max_ngram_order must be an integer >= 1, got {max_ngram_order!r}")
+        raise ValueError(
+            f"max_ngram_order must be an integer from 1 to {MAX_NGRAM_ORDER} (BLEU-4 is usual), "
+            f"got {max_ngram_order!r}"
+        )
     hyps = _as_lines(hypotheses, "hypotheses")
     _check_lines(hyps, "hypotheses", allow_none=False)
     streams = [
