@@ -94,3 +94,26 @@ def test_learned_positions_get_gradients():
     pos(torch.zeros(1, 2, 4), offset=3).sum().backward()
     grad = pos.embedding.weight.grad
     assert (grad[3:5] == 1).all() and (grad[:3] == 0).all() and (grad[5:] == 0).all()
+
+
+@pytest.mark.parametrize("kind", ["sinusoidal", "learned"])
+@pytest.mark.parametrize(
+    ("shape", "offset", "message"),
+    [
+        # before: sinusoidal added positions 7 and 8 (the table read from its end), learned
+        # raised torch's IndexError, a float offset a TypeError about slices
+        ((1, 2, 32), -3, r"offset: expected an integer >= 0 \(the first position\), got -3"),
+        ((1, 2, 32), 1.0, r"offset: expected an integer >= 0 \(the first position\), got 1.0"),
+        ((1, 2, 32), True, r"offset: expected an integer >= 0"),
+        ((1, 2, 16), 0, r"x: expected shape \(B, T, 32\), got \(1, 2, 16\)"),  # a broadcast error
+        ((2, 32), 0, r"x: expected shape \(B, T, 32\), got \(2, 32\)"),
+    ],
+)
+def test_bad_offsets_and_widths_are_named(kind, shape, offset, message):
+    module = (
+        SinusoidalPositionalEncoding(32, 10)
+        if kind == "sinusoidal"
+        else (LearnedPositionalEmbedding(10, 32))
+    )
+    with pytest.raises(ValueError, match=message):
+        module(torch.zeros(shape), offset=offset)

@@ -9,7 +9,15 @@ import torch
 from torch import Tensor, nn
 
 
-def _check_length(length: int, offset: int, max_len: int) -> None:
+def _check_input(x: Tensor, offset: int, max_len: int, d_model: int) -> None:
+    """x (B, T, d_model) and the first position ``offset`` fit the encoding, or a ValueError
+    names what does not (a negative offset read positions from the end of the table)."""
+    if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
+        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"x: expected shape (B, T, {d_model}), got {shape}")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offset: expected an integer >= 0 (the first position), got {offset!r}")
+    length = x.shape[1]
     if offset + length > max_len:
         raise ValueError(
             f"sequence length {offset + length} (offset {offset} + length {length}) exceeds "
@@ -43,7 +51,7 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """Add the encoding of positions ``offset .. offset + T - 1`` to x (B, T, d_model)."""
-        _check_length(x.shape[1], offset, self.max_len)
+        _check_input(x, offset, self.max_len, self.pe.shape[1])
         return x + self.pe[offset : offset + x.shape[1]].to(x.dtype)
 
 
@@ -62,6 +70,6 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """Add the embeddings of positions ``offset .. offset + T - 1`` to x (B, T, d_model)."""
-        _check_length(x.shape[1], offset, self.max_len)
+        _check_input(x, offset, self.max_len, self.embedding.embedding_dim)
         positions = torch.arange(offset, offset + x.shape[1], device=x.device)  # (T,)
         return x + self.embedding(positions).to(x.dtype)
