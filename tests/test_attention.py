@@ -498,6 +498,16 @@ def test_causal_mask_defaults_to_square_lower_triangle():
 def test_causal_mask_rejects_negative_lengths():
     with pytest.raises(ValueError, match=r"q_len=-1, k_len=3"):
         causal_mask(-1, 3)
+    for bad in (3.0, True):  # before: torch's TypeError from ones()
+        with pytest.raises(ValueError, match=r"lengths must be integers >= 0, got q_len="):
+            causal_mask(bad)
+
+
+def test_causal_must_be_a_bool():
+    """causal="no" was true."""
+    q = torch.randn(1, 2, 3)
+    with pytest.raises(TypeError, match=r"causal: expected a bool, got 'no'"):
+        scaled_dot_product_attention(q, q, q, causal="no")
 
 
 def test_padding_mask():
@@ -522,9 +532,18 @@ def test_lengths_to_mask():
     assert m5.shape == (2, 1, 5)
     assert torch.equal(m5[:, 0].sum(-1), torch.tensor([3, 1]))
     assert not m5[:, 0, 3:].any()
-    for bad in (torch.tensor([1.0, 2.0]), torch.tensor([[1, 2]]), torch.tensor([True])):
+    for bad in (torch.tensor([1.0, 2.0]), torch.tensor([[1, 2]]), torch.tensor([True]), [1, 2]):
         with pytest.raises(ValueError, match=r"lengths: expected a 1-D integer tensor"):
             lengths_to_mask(bad)
+    # Before: a negative length was a row of padding, a max_len shorter than a length cut that
+    # sequence silently, max_len=-1 raised torch's arange error.
+    with pytest.raises(ValueError, match=r"lengths: expected lengths >= 0, got -1"):
+        lengths_to_mask(torch.tensor([2, -1]))
+    with pytest.raises(ValueError, match=r"max_len=2 is shorter than the longest length 3"):
+        lengths_to_mask(torch.tensor([3, 1]), max_len=2)
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match=r"max_len: expected an integer >= 0 or None"):
+            lengths_to_mask(torch.tensor([1]), max_len=bad)
 
 
 @pytest.mark.parametrize("return_weights", [True, False])

@@ -96,14 +96,20 @@ def causal_mask(
         Tensor of shape (T_q, T_k), dtype bool.
     """
     k_len = q_len if k_len is None else k_len
-    if q_len < 0 or k_len < 0:
-        raise ValueError(f"causal_mask: lengths must be >= 0, got q_len={q_len}, k_len={k_len}")
+    if not all(_is_count(n) for n in (q_len, k_len)):
+        raise ValueError(
+            f"causal_mask: lengths must be integers >= 0, got q_len={q_len!r}, k_len={k_len!r}"
+        )
     _check_window(window)
     ones = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
     mask = torch.tril(ones, diagonal=k_len - q_len)  # (T_q, T_k)
     if window is not None:
         mask = torch.triu(mask, diagonal=k_len - q_len - window + 1)  # (T_q, T_k), a band
     return mask
+
+
+def _is_count(n: object) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 0
 
 
 def _check_window(window: int | None) -> None:
@@ -125,13 +131,37 @@ def lengths_to_mask(
     Returns:
         Tensor (B, 1, T) bool, broadcastable to (B, T_q, T) and, in :class:`MultiHeadAttention`,
         to (B, H, T_q, T).
+
+    Raises:
+        ValueError: for lengths that are not a 1-D integer tensor, a negative length, a
+            ``max_len`` that is not an integer >= 0 or is shorter than a length (the mask would
+            cut that sequence).
     """
-    if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
-        raise ValueError(
-            f"lengths: expected a 1-D integer tensor, got shape {tuple(lengths.shape)} "
-            f"dtype {lengths.dtype}"
+    if (
+        not isinstance(lengths, Tensor)
+        or lengths.dim() != 1
+        or lengths.is_floating_point()
+        or lengths.is_complex()
+        or lengths.dtype == torch.bool
+    ):
+        got = (
+            f"shape {tuple(lengths.shape)} dtype {lengths.dtype}"
+            if isinstance(lengths, Tensor)
+            else type(lengths).__name__
         )
+        raise ValueError(f"lengths: expected a 1-D integer tensor, got {got}")
+    if max_len is not None and not _is_count(max_len):
+        raise ValueError(f"max_len: expected an integer >= 0 or None, got {max_len!r}")
     device = lengths.device if device is None else device
+    if lengths.numel():
+        low, high = (int(v) for v in lengths.aminmax())
+        if low < 0:
+            raise ValueError(f"lengths: expected lengths >= 0, got {low}")
+        if max_len is not None and high > max_len:
+            raise ValueError(
+                f"max_len={max_len} is shorter than the longest length {high}: the mask would "
+                "cut that sequence"
+            )
     max_len = int(lengths.max()) if max_len is None and lengths.numel() else (max_len or 0)
     positions = torch.arange(max_len, device=device)  # (T,)
     return (positions[None, :] < lengths.to(device)[:, None]).unsqueeze(1)  # (B, 1, T)
@@ -443,6 +473,8 @@ def scaled_dot_product_attention(
         NaN and inf propagate as the module docstring says.
     """
     batch, groups = _check_inputs(query, key, value, mask, dropout, scale)
+    if not isinstance(causal, bool):  # "no" would be true
+        raise TypeError(f"causal: expected a bool, got {causal!r}")
     _check_window(window)
     if window is not None and not causal:
         raise ValueError(
