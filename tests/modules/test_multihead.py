@@ -492,3 +492,31 @@ def test_the_split_for_rotary_heads_equals_the_plain_split():
         plain = mha(x, causal=True).output
         rotated = mha(x, causal=True, rotary=zero).output
     torch.testing.assert_close(rotated, plain, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        # before: torch's "empty(): argument 'size'", "'<=' not supported", negative dimension
+        (dict(d_model=32.0, num_heads=4), r"d_model: expected a positive integer, got 32.0"),
+        (dict(d_model="32", num_heads=4), r"d_model: expected a positive integer, got '32'"),
+        (dict(d_model=32, num_heads=4, dropout="0.1"), r"dropout: expected a probability"),
+        (dict(d_model=32, num_heads=4, kv_dim=-3), r"kv_dim: expected a positive integer or"),
+        (dict(d_model=32, num_heads=4, kv_dim=0), r"kv_dim: expected a positive integer or"),
+    ],
+)
+def test_bad_constructor_arguments_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        MultiHeadAttention(**kwargs)
+
+
+def test_inputs_of_another_dtype_than_the_weights_are_named():
+    """Before: torch's "mat1 and mat2 must have the same dtype" from inside a linear layer."""
+    mha = MultiHeadAttention(16, 4, kv_dim=8)
+    x = torch.randn(2, 3, 16)
+    with pytest.raises(TypeError, match=r"x: dtype torch.float64 differs from the weights'"):
+        mha(x.double())
+    with pytest.raises(TypeError, match=r"context: dtype torch.float64 differs from the"):
+        mha(x, torch.randn(2, 5, 8, dtype=torch.float64))
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast casts for the projections
+        assert mha(x.bfloat16(), torch.randn(2, 5, 8)).output.shape == (2, 3, 16)

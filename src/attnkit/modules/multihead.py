@@ -61,11 +61,18 @@ class MultiHeadAttention(nn.Module):
         window: int | None = None,
     ) -> None:
         super().__init__()
+        for name, value in (("d_model", d_model), ("num_heads", num_heads)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
         if d_model <= 0 or num_heads <= 0 or d_model % num_heads != 0:
             raise ValueError(
                 f"d_model must be a positive multiple of num_heads, got d_model={d_model}, "
                 f"num_heads={num_heads}"
             )
+        if kv_dim is not None and (
+            isinstance(kv_dim, bool) or not isinstance(kv_dim, int) or kv_dim < 1
+        ):
+            raise ValueError(f"kv_dim: expected a positive integer or None, got {kv_dim!r}")
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         if (
             isinstance(num_kv_heads, bool)
@@ -81,8 +88,12 @@ class MultiHeadAttention(nn.Module):
             isinstance(window, bool) or not isinstance(window, int) or window < 1
         ):
             raise ValueError(f"window: expected an integer >= 1 or None, got {window!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout: expected a probability in [0, 1), got {dropout}")
+        if (
+            isinstance(dropout, bool)
+            or not isinstance(dropout, int | float)
+            or not 0.0 <= dropout < 1.0
+        ):
+            raise ValueError(f"dropout: expected a probability in [0, 1), got {dropout!r}")
         self.d_model = d_model
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
@@ -225,6 +236,18 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"x: expected shape (B, T, {self.d_model}), got {tuple(x.shape)}")
         else:
             b, t_q, _ = x.shape
+        weight = self.out_proj.weight
+        for name, t in (("x", x), ("context", context)):
+            # torch.is_autocast_enabled: under autocast the projections cast their inputs
+            if (
+                t is not None
+                and t.dtype != weight.dtype
+                and not torch.is_autocast_enabled(t.device.type)
+            ):
+                raise TypeError(
+                    f"{name}: dtype {t.dtype} differs from the weights' {weight.dtype}; convert "
+                    f"one of them (x.to({weight.dtype}) or module.to({t.dtype}))"
+                )
         cross = context is not None
         group = 1  # query rows per context row
         if context is not None:
