@@ -315,3 +315,20 @@ def test_llama_options_reach_every_layer():
     assert layer.ffn.linear1.bias is None
     caches = enc.init_cache(2, 10)
     assert [c.capacity for c in caches] == [10, 4, 4] and caches[0].k.shape[1] == 2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(num_layers=-1), r"num_layers: expected an integer >= 0, got -1"),  # was identity
+        (dict(num_layers=2.0), r"num_layers: expected an integer >= 0, got 2.0"),
+        (  # accepted before, and meaningless without a window
+            dict(num_layers=2, full_attention_layers=1),
+            r"full_attention_layers=1: only with a window",
+        ),
+        (dict(num_layers=2, layer_norm_eps=-1.0), r"eps: expected a finite number >= 0"),  # NaN
+    ],
+)
+def test_bad_stack_options_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Encoder(**kwargs, d_model=8, num_heads=2, d_ff=16)

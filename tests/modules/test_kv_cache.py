@@ -322,3 +322,18 @@ def test_reorder_keeps_gradients(layout, rows):
     counts = torch.bincount(torch.tensor(rows), minlength=2).float()  # uses of each old row
     torch.testing.assert_close(k.grad, counts[:, None, None, None].expand_as(k))
     torch.testing.assert_close(v.grad, 2 * counts[:, None, None, None].expand_as(v))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((2, 4, -1, 8), r"KVCache: max_len must be an integer >= 1, got -1"),  # torch's error
+        ((2, 4, 8.0, 8), r"KVCache: max_len must be an integer >= 1, got 8.0"),
+        ((2, 0, 8, 8), r"KVCache: num_heads must be an integer >= 1, got 0"),
+        ((True, 4, 8, 8), r"KVCache: batch_size must be an integer >= 0, got True"),
+        ((2, 4, 8, -8), r"KVCache: head_dim must be an integer >= 1, got -8"),
+    ],
+)
+def test_bad_sizes_are_named(args, message):
+    with pytest.raises(ValueError, match=message):
+        KVCache(*args)

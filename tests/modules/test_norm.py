@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -89,3 +91,12 @@ def test_rms_norm_inference_path_equals_hugging_face(shape, eps):
     exact = g * xd / torch.sqrt(xd.pow(2).mean(-1, keepdim=True) + eps)
     assert got.dtype == torch.bfloat16 and got.shape == x.shape
     torch.testing.assert_close(got.double(), exact, atol=0, rtol=2**-8)
+
+
+@pytest.mark.parametrize("eps", [-1.0, math.nan, math.inf, "1e-6"])
+def test_a_bad_epsilon_is_named(eps):
+    """A negative epsilon gave NaN outputs (the root of a negative variance)."""
+    with pytest.raises(ValueError, match=r"eps: expected a finite number >= 0"):
+        RMSNorm(8, eps=eps)
+    with pytest.raises(ValueError, match=r"eps: expected a finite number >= 0"):
+        make_norm("layer", 8, eps=eps)

@@ -144,6 +144,18 @@ class Encoder(nn.Module):
         **layer_kwargs,
     ) -> None:
         super().__init__()
+        window = layer_kwargs.get("window")
+        for name, value in (
+            ("num_layers", num_layers),
+            ("full_attention_layers", full_attention_layers),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name}: expected an integer >= 0, got {value!r}")
+        if full_attention_layers and window is None:
+            raise ValueError(
+                f"full_attention_layers={full_attention_layers}: only with a window (the other "
+                "layers' sliding window); without one every layer attends to everything"
+            )
         window = layer_kwargs.pop("window", None)
         self.layers = nn.ModuleList(
             EncoderLayer(**layer_kwargs, window=None if i < full_attention_layers else window)

@@ -11,6 +11,8 @@ about a dozen operators, the same value comes from torch's one fused LayerNorm k
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -30,6 +32,7 @@ class RMSNorm(nn.Module):
 
     def __init__(self, d_model: int, *, eps: float = 1e-6) -> None:
         super().__init__()
+        _check_eps(eps)
         self.weight = nn.Parameter(torch.ones(d_model))
         self.eps = eps
 
@@ -60,8 +63,15 @@ def _rms_norm_by_layer_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return F.layer_norm(both, (2 * d,), gain, None, eps)[..., :d]  # (..., d)
 
 
+def _check_eps(eps: float) -> None:
+    """A negative epsilon can make the variance under the root negative: NaN outputs."""
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 <= eps < math.inf:
+        raise ValueError(f"eps: expected a finite number >= 0, got {eps!r}")
+
+
 def make_norm(kind: str, d_model: int, *, eps: float) -> nn.Module:
     """``nn.LayerNorm`` for ``"layer"``, :class:`RMSNorm` for ``"rms"``."""
+    _check_eps(eps)
     if kind == "layer":
         return nn.LayerNorm(d_model, eps=eps)
     if kind == "rms":
