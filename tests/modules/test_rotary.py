@@ -162,9 +162,18 @@ def test_bad_settings_are_named(kwargs, message):
 
 def test_positions_must_be_integers_and_the_table_survives_a_cast():
     rope = RotaryEmbedding(HEAD_DIM)
-    with pytest.raises(ValueError, match=r"positions: expected integer positions"):
-        rope(torch.tensor([0.0, 1.0]))
+    for bad in (torch.tensor([0.0, 1.0]), torch.tensor([True, False])):  # bool was accepted
+        with pytest.raises(ValueError, match=r"positions: expected integer positions"):
+            rope(bad)
     before = rope.inv_freq.clone()
     rope.to(torch.bfloat16)  # a model cast to bfloat16 keeps float32 frequencies
     assert rope.inv_freq.dtype == torch.float32 and torch.equal(rope.inv_freq, before)
     assert list(rope.state_dict()) == []  # a formula, not weights
+
+
+def test_angles_that_do_not_fit_the_heads_are_named():
+    """Before: torch's broadcast error from inside the rotation."""
+    angles = RotaryEmbedding(HEAD_DIM)(torch.arange(3)[None].expand(2, 3))  # (2, 3, 1, hd)
+    for shape in ((2, 3, 4, HEAD_DIM // 2), (3, 3, 4, HEAD_DIM)):  # head_dim, batch
+        with pytest.raises(ValueError, match=r"rotary: angles of shape \(2, 3, 1, 16\)"):
+            angles.rotate(torch.randn(shape))

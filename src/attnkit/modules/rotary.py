@@ -55,6 +55,11 @@ class RotaryAngles(NamedTuple):
             (B, T, heads, head_dim): x cos + rotate(x) sin, in x's dtype.
         """
         cos, sin = self.cos, self.sin
+        if x.shape[-1] != cos.shape[-1] or cos.shape[0] not in (1, x.shape[0]):
+            raise ValueError(
+                f"rotary: angles of shape {tuple(cos.shape)} (B or 1, T, 1, head_dim) do not fit "
+                f"x of shape {tuple(x.shape)} (B, T, heads, head_dim)"
+            )
         if cos.dtype != x.dtype:  # autocast: the projections run in a narrower dtype
             cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         if self.interleaved:
@@ -155,7 +160,12 @@ class RotaryEmbedding(nn.Module):
         """
         if positions.dim() == 1:
             positions = positions[None]  # (1, T)
-        if positions.dim() != 2 or positions.is_floating_point():
+        if (
+            positions.dim() != 2
+            or positions.is_floating_point()
+            or positions.is_complex()
+            or positions.dtype == torch.bool
+        ):
             raise ValueError(
                 f"positions: expected integer positions (B, T) or (T,), got shape "
                 f"{tuple(positions.shape)} dtype {positions.dtype}"
