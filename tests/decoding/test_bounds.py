@@ -67,6 +67,10 @@ translate_module = importlib.import_module("attnkit.decoding.translate")
         (dict(n_best=0), r"n_best: expected 1 <= n_best <= beam_size=5, got 0"),
         (dict(bos_id=-1), r"bos_id: expected None or an id >= 0, got -1"),
         (dict(eos_id=2.0), r"eos_id: expected None or an id >= 0, got 2.0"),
+        # truthy or falsy non-bools used to pass as the opposite of what they say
+        (dict(use_cache="no"), r"use_cache: expected True or False, got 'no'"),
+        (dict(use_cache=0), r"use_cache: expected True or False, got 0"),
+        (dict(use_cache=None), r"use_cache: expected True or False, got None"),
     ],
 )
 def test_config_refuses_values_outside_bounds(kwargs, message):
@@ -106,6 +110,34 @@ def test_ids_outside_the_vocabulary_are_refused(random_model):
         generate(random_model, pad_batch([[5]]), DecodingConfig(beam_size=1, eos_id=24))
     with pytest.raises(ValueError, match=r"bos_id: 99 is not in the model's target vocabulary"):
         generate(random_model, pad_batch([[5]]), DecodingConfig(beam_size=2, bos_id=99))
+
+
+@pytest.mark.parametrize("beam", [1, 2])
+@pytest.mark.parametrize("bad", [24, 5000, -1])
+def test_source_ids_outside_the_vocabulary_are_refused(random_model, beam, bad):
+    with pytest.raises(
+        ValueError, match=rf"src: token id {bad} is outside the vocabulary \[0, 24\)"
+    ):
+        generate(random_model, torch.tensor([[5, 6, EOS], [bad, EOS, PAD]]),
+                 DecodingConfig(beam_size=beam))  # fmt: skip
+
+
+@pytest.mark.parametrize("beam", [1, 2])
+def test_eos_that_is_the_pad_id_is_refused(random_model, beam):
+    """The search never produces pad, so an eos equal to it could never end a sentence."""
+    with pytest.raises(ValueError, match=r"eos_id: 0 is the model's pad_id=0"):
+        generate(random_model, pad_batch([[5]]), DecodingConfig(beam_size=beam, eos_id=PAD))
+
+
+def test_config_must_be_a_decoding_config(random_model):
+    message = (
+        r"config: expected a DecodingConfig or None, got dict \(DecodingConfig\(\*\*settings\)"
+    )
+    for search in (generate, generate_module.greedy_search, generate_module.beam_search):
+        with pytest.raises(TypeError, match=message):
+            search(random_model, pad_batch([[5]]), {"beam_size": 2})
+    with pytest.raises(TypeError, match=message):
+        Translator(random_model, _Tokenizer(), {"beam_size": 2})
 
 
 # --------------------------------------------------------------------------- memory
@@ -167,6 +199,48 @@ def test_translator_takes_the_ids_from_its_tokenizer(random_model):
     tokenizer.pad_id = 5
     with pytest.raises(ValueError, match=r"tokenizer: its pad id 5 is not the model's pad_id=0"):
         Translator(random_model, tokenizer)
+
+
+def test_translator_checks_its_tokenizer_against_the_model(random_model):
+    """Mismatches show when the Translator is made, not at the first translation."""
+    tokenizer = _Tokenizer()
+    tokenizer.vocab_size = 280  # 24 ids in the model
+    with pytest.raises(
+        ValueError,
+        match=r"tokenizer: its vocabulary of 280 ids does not fit the model's src_vocab_size=24",
+    ):
+        Translator(random_model, tokenizer)
+    tokenizer.vocab_size = 24
+    Translator(random_model, tokenizer)  # as large as the model's: fits
+    tokenizer.eos_id = 0
+    with pytest.raises(ValueError, match=r"eos_id: 0 is the model's pad_id=0"):
+        Translator(random_model, tokenizer)
+
+
+@pytest.mark.parametrize(
+    "sources, error, message",
+    [
+        ([[5000, EOS]], ValueError, r"sources\[0\]: token id 5000 is outside the vocabulary \[0, 24\)"),
+        ([[5, EOS], [-1, EOS]], ValueError, r"sources\[1\]: token id -1 is outside the vocabulary"),
+        ([[24, EOS]], ValueError, r"sources\[0\]: token id 24 is outside the vocabulary"),
+        ([[5.5, 2.0]], TypeError, r"sources\[0\]\[0\]: expected an int token id, got float 5.5"),
+        ([[5, True]], TypeError, r"sources\[0\]\[1\]: expected an int token id, got bool True"),
+        (["ab"], TypeError, r"sources\[0\]: expected a list of int token ids, got str"),
+        ([None], TypeError, r"sources\[0\]: expected a list of int token ids, got NoneType"),
+        ("ab", TypeError, r"sources: expected a sequence of token id lists, got str"),
+    ],
+)  # fmt: skip
+def test_translate_ids_checks_the_ids(random_model, sources, error, message):
+    translator = Translator(random_model, _Tokenizer(), DecodingConfig(beam_size=2))
+    with pytest.raises(error, match=message):
+        translator.translate_ids(sources)
+
+
+def test_translate_ids_takes_numpy_ints_and_tuples(random_model):
+    np = pytest.importorskip("numpy")
+    translator = Translator(random_model, _Tokenizer(), DecodingConfig(beam_size=2))
+    expected = translator.translate_ids([[5, 6, EOS]])
+    assert translator.translate_ids([(np.int64(5), np.int32(6), EOS)]) == expected
 
 
 def test_translator_splits_batches_to_fit_memory(random_model, monkeypatch):

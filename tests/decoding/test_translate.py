@@ -165,10 +165,29 @@ def test_normalised_lines_translate_like_clean_ones(translator_parts, monkeypatc
 def test_translate_checks_its_input(translator_parts):
     model, tokenizer, _ = translator_parts
     translator = Translator(model, tokenizer, DecodingConfig(beam_size=1))
-    with pytest.raises(TypeError, match=r"lines: expected a sequence of strings .* got a str"):
+    with pytest.raises(TypeError, match=r"lines: expected an iterable of strings .* got a str"):
         translator.translate("Ein Hund.")
     with pytest.raises(TypeError, match=r"lines\[1\]: expected a str, got bytes"):
         translator.translate(["a", b"b"])
+    with pytest.raises(TypeError, match=r"lines: expected an iterable of strings .* got dict"):
+        translator.translate({"Ein Hund.": 1})
+    with pytest.raises(TypeError, match=r"lines: expected an iterable of strings .* got int"):
+        translator.translate(5)
+    # Undecodable bytes arrive as lone surrogates, which no tokenizer can encode.
+    with pytest.raises(
+        ValueError,
+        match=r"lines\[1\]: not valid UTF-8 text \(a lone surrogate U\+DC80 at character 5",
+    ):
+        translator.translate(["ein hund", "ein \udc80 hund"])
+
+
+def test_translate_reads_any_iterable_once(translator_parts):
+    """A generator is read once (it used to be consumed by the type check)."""
+    model, tokenizer, lines = translator_parts
+    translator = Translator(model, tokenizer, DecodingConfig(beam_size=1))
+    expected = translator.translate(lines[:3]).translations
+    assert translator.translate(line for line in lines[:3]).translations == expected
+    assert translator.translate(tuple(lines[:3])).translations == expected
 
 
 @pytest.mark.parametrize(

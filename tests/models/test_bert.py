@@ -157,6 +157,92 @@ def test_forward_longer_than_positions_names_both_lengths(model):
         model(ids)
 
 
+@pytest.mark.parametrize(
+    "texts, error, message",
+    [
+        ([None], TypeError, r"texts\[0\]: expected a str, got NoneType"),
+        (["a", 5], TypeError, r"texts\[1\]: expected a str, got int"),
+        ({"a": 1}, TypeError, r"texts: expected an iterable of strings .* got dict"),
+        (5, TypeError, r"texts: expected an iterable of strings .* got int"),
+        (
+            ["ein hund", "ein \udc80 hund"],
+            ValueError,
+            r"texts\[1\]: not valid UTF-8 text \(a lone surrogate U\+DC80 at character 5",
+        ),
+    ],
+)
+def test_encode_names_the_bad_text(model, texts, error, message):
+    with pytest.raises(error, match=message):
+        model.encode(texts)
+    if isinstance(texts, list):
+        with pytest.raises(error, match=message):
+            model.tokenizer(texts)
+
+
+def test_encode_reads_a_generator_once(model):
+    whole = model.encode(SENTENCES[:3])
+    torch.testing.assert_close(model.encode(t for t in SENTENCES[:3]), whole, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("batch_size", [0, 2.5, "2", True, None])
+def test_encode_batch_size_must_be_a_positive_integer(model, batch_size):
+    with pytest.raises(
+        ValueError, match=rf"batch_size: expected an integer >= 1, got {batch_size!r}"
+    ):
+        model.encode(["a"], batch_size=batch_size)
+
+
+def test_forward_refuses_ids_outside_the_vocabularies():
+    model = BertModel(BertConfig(**TINY)).eval()
+    inputs = tiny_inputs()
+    for bad in (99, 40000, -1):
+        ids = inputs["input_ids"].clone()
+        ids[1, 2] = bad
+        with pytest.raises(
+            ValueError, match=rf"input_ids: token id {bad} is outside the vocabulary \[0, 99\)"
+        ):
+            model(ids)
+    types = inputs["token_type_ids"].clone()
+    types[0, 3] = 5
+    with pytest.raises(
+        ValueError, match=r"token_type_ids: token type 5 is outside the vocabulary \[0, 2\)"
+    ):
+        model(inputs["input_ids"], token_type_ids=types)
+    for dtype in (torch.float32, torch.bool):
+        with pytest.raises(
+            ValueError, match=rf"input_ids: expected integer token ids, got dtype {dtype}"
+        ):
+            model(inputs["input_ids"].to(dtype))
+    with pytest.raises(
+        ValueError, match=r"input_ids: expected at least one token per row, got shape \(2, 0\)"
+    ):
+        model(torch.zeros(2, 0, dtype=torch.long))
+
+
+def test_forward_checks_the_attention_mask_as_gpt_does():
+    model = BertModel(BertConfig(**TINY)).eval()
+    inputs = tiny_inputs()
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    with pytest.raises(
+        ValueError, match=r"attention_mask: expected only 0 and 1 \(1 = real token\)"
+    ):
+        model(ids, attention_mask=mask * 2)
+    with pytest.raises(
+        TypeError,
+        match=r"attention_mask: expected bool or 0/1 integers .*, got dtype torch.float32",
+    ):
+        model(ids, attention_mask=mask.float() / 2)
+    with pytest.raises(TypeError, match=r"attention_mask: expected a torch.Tensor, got list"):
+        model(ids, attention_mask=mask.tolist())
+    with pytest.raises(ValueError, match=r"attention_mask: expected the shape of input_ids"):
+        model(ids, attention_mask=mask[:, 1:])
+    # bool and 0/1 integer masks give the same states
+    torch.testing.assert_close(
+        model(ids, attention_mask=mask.bool()).last_hidden_state,
+        model(ids, attention_mask=mask).last_hidden_state,
+    )
+
+
 # --------------------------------------------------------------------------- checkpoint files
 
 

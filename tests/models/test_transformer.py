@@ -208,6 +208,49 @@ def test_bad_input_raises():
         model.encode(torch.ones(1, 17, dtype=torch.long))
 
 
+def test_forward_requires_one_target_row_per_source_row():
+    """Teacher forcing pairs row i of tgt with row i of src; only decode() shares a memory row
+    among several target rows (the beams of one sentence)."""
+    model = make_model()
+    src, tgt = torch.randint(1, V, (2, 6)), torch.randint(1, V, (4, 5))
+    for rows in (4, 3, 1):  # 2 divides 4: it used to pair targets with the wrong sources
+        with pytest.raises(
+            ValueError,
+            match=rf"src, tgt: expected the same batch size, got src \(2, 6\) and tgt \({rows}, 5\)",
+        ):
+            model(src, tgt[:rows])
+    memory, src_mask, _ = model.encode(src)
+    shared = model.decode(tgt, memory, src_mask).output  # (4, 5, V): rows 0-1 read source 0
+    alone = model(src[:1].expand(2, -1), tgt[:2])
+    torch.testing.assert_close(shared[:2], alone, **TOL)
+
+
+@pytest.mark.parametrize("bad", [V, 5000, -1])
+@pytest.mark.parametrize("side", ["src", "tgt"])
+def test_ids_outside_the_vocabulary_are_refused(side, bad):
+    model = make_model()
+    ids = {"src": torch.randint(1, V, (2, 6)), "tgt": torch.randint(1, V, (2, 5))}
+    ids[side][1, 2] = bad
+    message = rf"{side}: token id {bad} is outside the vocabulary \[0, {V}\)"
+    with pytest.raises(ValueError, match=message):
+        model(ids["src"], ids["tgt"])
+    if side == "src":
+        with pytest.raises(ValueError, match=message):
+            model.encode(ids["src"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
+@pytest.mark.parametrize("side", ["src", "tgt"])
+def test_ids_must_be_integers(side, dtype):
+    model = make_model()
+    ids = {"src": torch.randint(1, V, (2, 6)), "tgt": torch.randint(1, V, (2, 5))}
+    ids[side] = ids[side].to(dtype)
+    with pytest.raises(ValueError, match=rf"{side}: expected integer token ids, got dtype {dtype}"):
+        model(ids["src"], ids["tgt"])
+    with pytest.raises(TypeError, match=r"src: expected a torch.Tensor of token ids, got list"):
+        model.encode([[1, 2]])
+
+
 # --------------------------------------------------------------------------- dtypes
 
 

@@ -203,3 +203,15 @@ def test_decoder_returns_a_fixed_shape():
     assert [w.shape for w in cross_ws] == [(3, H, 4, 5)] * 2
     with pytest.raises(ValueError, match=r"caches: expected one \(self, cross\) KVCache pair"):
         dec(tgt, memory, caches=dec.init_cache(3, 4, 5)[:1])
+
+
+def test_memory_is_required():
+    """Without memory, cross-attention would attend over the targets themselves."""
+    torch.manual_seed(0)
+    dec = Decoder(2, d_model=D, num_heads=H, d_ff=FF, dropout=0.0)
+    tgt, *_ = _inputs()
+    message = r"memory: expected the encoder output, a \(B, S, d_model\) tensor, got NoneType"
+    with pytest.raises(TypeError, match=message):
+        dec.layers[0](tgt, None)
+    with pytest.raises(TypeError, match=message):
+        dec(tgt, None)

@@ -122,6 +122,24 @@ class DecodingConfig:
             value = getattr(self, name)
             if value is not None and (not _is_int(value) or value < 0):
                 raise ValueError(f"{name}: expected None or an id >= 0, got {value!r}")
+        if not isinstance(self.use_cache, bool):  # "no" and 0 would pass a truth test
+            raise ValueError(f"use_cache: expected True or False, got {self.use_cache!r}")
+
+    @classmethod
+    def of(cls, config: object) -> DecodingConfig:
+        """``config`` itself, or the default config for None.
+
+        Raises:
+            TypeError: for anything else (a dict of settings: ``DecodingConfig(**settings)``).
+        """
+        if config is None:
+            return cls()
+        if not isinstance(config, cls):
+            raise TypeError(
+                f"config: expected a DecodingConfig or None, got {type(config).__name__} "
+                "(DecodingConfig(**settings) makes one from a dict)"
+            )
+        return config
 
     @property
     def length_penalty(self) -> LengthPenalty:

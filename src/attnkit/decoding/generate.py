@@ -59,6 +59,7 @@ __all__ = [
     "available_memory",
     "beam_search",
     "check_decoding_memory",
+    "check_special_ids",
     "decoding_memory",
     "decode_one_token",
     "generate",
@@ -131,7 +132,32 @@ def _constrained_slices(
         yield rows, _constrain(lprobs, step, row_limit, config, pad)
 
 
+def check_special_ids(model, config: DecodingConfig) -> None:
+    """Refuse a bos or eos id outside the model's target vocabulary, or an eos that is the
+    model's pad id: the search never produces pad (:func:`_constrain`), so it could never end
+    a sentence.
+
+    Raises:
+        ValueError: naming the id, its value and the model's vocabulary or ``pad_id``.
+    """
+    vocab, pad = model.config.tgt_vocab_size, model.config.pad_id
+    for name, value in (("bos_id", config.bos), ("eos_id", config.eos)):
+        if value >= vocab:
+            raise ValueError(
+                f"{name}: {value} is not in the model's target vocabulary of {vocab} ids"
+            )
+    if config.eos == pad:
+        raise ValueError(
+            f"eos_id: {config.eos} is the model's pad_id={pad}; the search never produces pad, "
+            "so no sentence could end"
+        )
+
+
 def _check_inputs(model, src: Tensor, config: DecodingConfig) -> None:
+    """Check a search's arguments once per call. The source ids' range is checked where the
+    model reads them, once per call too (``model.encode`` in :func:`prefill`)."""
+    if not isinstance(src, Tensor):
+        raise TypeError(f"src: expected a torch.Tensor of token ids, got {type(src).__name__}")
     if src.dim() != 2 or src.shape[0] == 0 or src.dtype != torch.long:
         raise ValueError(
             f"src: expected a non-empty (B, S) int64 tensor, got shape {tuple(src.shape)} "
@@ -141,29 +167,28 @@ def _check_inputs(model, src: Tensor, config: DecodingConfig) -> None:
         raise ValueError(
             f"src: {src.shape[1]} positions exceed the model's max_len={model.config.max_len}"
         )
-    vocab = model.config.tgt_vocab_size
-    for name, value in (("bos_id", config.bos), ("eos_id", config.eos)):
-        if value >= vocab:
-            raise ValueError(
-                f"{name}: {value} is not in the model's target vocabulary of {vocab} ids"
-            )
+    check_special_ids(model, config)
 
 
 # --------------------------------------------------------------------------- searches
 
 
 @torch.inference_mode()
-def greedy_search(model, src: Tensor, config: DecodingConfig) -> list[list[Hypothesis]]:
+def greedy_search(
+    model, src: Tensor, config: DecodingConfig | None = None
+) -> list[list[Hypothesis]]:
     """Pick the most probable token at every step (the same result as a beam of 1).
 
     Args:
         model: a :class:`~attnkit.models.Transformer`.
         src: (B, S) source ids, eos-terminated and right-padded.
-        config: the lengths, special ids and ``use_cache`` (``beam_size`` is ignored).
+        config: the lengths, special ids and ``use_cache`` (``beam_size`` is ignored);
+            None: the default :class:`DecodingConfig`.
 
     Returns:
         One list with one :class:`Hypothesis` per sentence, in input order.
     """
+    config = DecodingConfig.of(config)
     _check_inputs(model, src, config)
     pad, eos = model.config.pad_id, config.eos
     penalty = config.length_penalty
@@ -209,17 +234,19 @@ def greedy_search(model, src: Tensor, config: DecodingConfig) -> list[list[Hypot
 
 
 @torch.inference_mode()
-def beam_search(model, src: Tensor, config: DecodingConfig) -> list[list[Hypothesis]]:
+def beam_search(model, src: Tensor, config: DecodingConfig | None = None) -> list[list[Hypothesis]]:
     """fairseq-style beam search (module docstring), batched over sentences.
 
     Args:
         model: a :class:`~attnkit.models.Transformer`.
         src: (B, S) source ids, eos-terminated and right-padded.
-        config: beam size, length penalty, lengths, ``n_best``, ``use_cache``.
+        config: beam size, length penalty, lengths, ``n_best``, ``use_cache``; None: the
+            default :class:`DecodingConfig`.
 
     Returns:
         For every sentence, its ``n_best`` hypotheses, best first.
     """
+    config = DecodingConfig.of(config)
     _check_inputs(model, src, config)
     k, pad, eos = config.beam_size, model.config.pad_id, config.eos
     search, penalty = BeamSearch(k), config.length_penalty
@@ -327,11 +354,14 @@ def generate(model, src: Tensor, config: DecodingConfig | None = None) -> list[l
         For every sentence, its best hypotheses (``config.n_best``), best first.
 
     Raises:
-        ValueError: for a malformed ``src``, special ids outside the target vocabulary, or a
-            search whose caches and scores would not fit in the memory free on ``src``'s
-            device (:func:`check_decoding_memory`, checked before anything is allocated).
+        TypeError: for a ``config`` that is not a :class:`DecodingConfig` (or None).
+        ValueError: for a malformed ``src`` or source ids outside the model's vocabulary,
+            special ids outside the target vocabulary or an eos that is the model's pad id
+            (:func:`check_special_ids`), or a search whose caches and scores would not fit in
+            the memory free on ``src``'s device (:func:`check_decoding_memory`, checked before
+            anything is allocated).
     """
-    config = DecodingConfig() if config is None else config
+    config = DecodingConfig.of(config)
     was_training = model.training
     model.eval()
     try:

@@ -23,11 +23,12 @@ import bisect
 import itertools
 import logging
 import multiprocessing
+import numbers
 import os
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -35,9 +36,10 @@ from dataclasses import dataclass, field
 import torch
 
 from attnkit.decoding.config import DecodingConfig
-from attnkit.decoding.generate import generate, max_lengths
+from attnkit.decoding.generate import check_special_ids, generate, max_lengths
 from attnkit.decoding.memory_bound import available_memory, decoding_memory
 from attnkit.generation.packed import packed_linears
+from attnkit.models.bert_tokenizer import check_texts
 
 logger = logging.getLogger(__name__)
 
@@ -185,8 +187,10 @@ class Translator:
     Args:
         model: a :class:`~attnkit.models.Transformer` (put in eval mode).
         tokenizer: its :class:`~attnkit.data.SubwordTokenizer`; bos and eos ids come from it.
-        config: decoding settings (default: beam 5); its ``bos_id`` / ``eos_id``, if set, must
-            be the tokenizer's.
+            Its pad id must be the model's, its eos id another, and its vocabulary (if it
+            states ``vocab_size``) must fit the model's.
+        config: a :class:`DecodingConfig` (default: beam 5); its ``bos_id`` / ``eos_id``, if
+            set, must be the tokenizer's.
         batch_tokens: padded source tokens per batch (sentences x longest source); a batch is
             split further when its decoder caches would take more than half the free memory.
         workers: batches decoded at once on a CPU (CTranslate2's ``inter_threads``), by the
@@ -232,14 +236,24 @@ class Translator:
             raise ValueError(f"workers: expected an integer >= 1, got {workers!r}")
         if parallel not in PARALLEL:
             raise ValueError(f"parallel: expected one of {PARALLEL}, got {parallel!r}")
+        config = DecodingConfig.of(config)
         pad = getattr(tokenizer, "pad_id", model.config.pad_id)
         if pad != model.config.pad_id:
             raise ValueError(
                 f"tokenizer: its pad id {pad} is not the model's pad_id={model.config.pad_id}"
             )
+        vocab = getattr(tokenizer, "vocab_size", None)
+        for name in ("src_vocab_size", "tgt_vocab_size"):
+            size = getattr(model.config, name)
+            if vocab is not None and vocab > size:  # its ids would index past the embeddings
+                raise ValueError(
+                    f"tokenizer: its vocabulary of {vocab} ids does not fit the model's "
+                    f"{name}={size} (a tokenizer trained with another model?)"
+                )
         self.model = model.eval()
         self.tokenizer = tokenizer
-        self.config = (DecodingConfig() if config is None else config).with_ids(tokenizer)
+        self.config = config.with_ids(tokenizer)
+        check_special_ids(model, self.config)  # the tokenizer's eos must not be the pad
         self.batch_tokens = batch_tokens
         self.device = next(model.parameters()).device
         self.workers = workers if self.device.type == "cpu" else 1
@@ -293,7 +307,14 @@ class Translator:
         return [slice(start, start + rows) for start in range(0, src.shape[0], rows)]
 
     def translate_ids(self, sources: Sequence[list[int]]) -> list[list[int]]:
-        """Best output ids per source (each eos-terminated, as :meth:`encode` makes them)."""
+        """Best output ids per source (each eos-terminated, as :meth:`encode` makes them).
+
+        Raises:
+            TypeError: for a source that is not a sequence of integers (a float id would be
+                cut to an int, a str is not ids), naming its index.
+            ValueError: for an id outside the model's source vocabulary, naming the index.
+        """
+        sources = self._check_sources(sources)
         if not sources:
             return []
         if self.parallel == "processes" and self.workers > 1 and len(sources) > 1:
@@ -329,6 +350,36 @@ class Translator:
             else:
                 _decode_in_threads(decode, jobs, workers)
         return outputs
+
+    def _check_sources(self, sources: Sequence[list[int]]) -> list[list[int]]:
+        """``sources`` as a list, every id checked: once per call, in Python (the ids are
+        lists), before any batch is padded or sent to a worker process."""
+        if isinstance(sources, str | bytes):
+            raise TypeError(
+                f"sources: expected a sequence of token id lists, got {type(sources).__name__}"
+            )
+        sources = list(sources)
+        vocab = self.model.config.src_vocab_size
+        for i, ids in enumerate(sources):
+            if isinstance(ids, str | bytes) or not isinstance(ids, Sequence):
+                raise TypeError(
+                    f"sources[{i}]: expected a list of int token ids, got {type(ids).__name__}"
+                )
+            for j, token in enumerate(ids):  # int first: the usual case costs one type test
+                if type(token) is not int and (
+                    isinstance(token, bool) or not isinstance(token, numbers.Integral)
+                ):
+                    raise TypeError(
+                        f"sources[{i}][{j}]: expected an int token id, got "
+                        f"{type(token).__name__} {token!r}"
+                    )
+            low, high = (min(ids), max(ids)) if ids else (0, 0)
+            if low < 0 or high >= vocab:
+                bad = low if low < 0 else high
+                raise ValueError(
+                    f"sources[{i}]: token id {bad} is outside the vocabulary [0, {vocab})"
+                )
+        return sources
 
     def _translate_in_processes(self, sources: Sequence[list[int]]) -> list[list[int]]:
         """:meth:`translate_ids` with the sentences split by length among the worker processes
@@ -406,19 +457,21 @@ class Translator:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def translate(self, lines: Sequence[str]) -> TranslationOutput:
+    def translate(self, lines: Iterable[str]) -> TranslationOutput:
         """Translate ``lines`` (one sentence each) in order.
 
-        Each line goes through :func:`normalize_source` first; a line that is then empty
-        gives "" and is not decoded. Lines longer than the model allows are cut to their
-        first :attr:`max_src_tokens` tokens; their indices are reported (and logged at debug
+        ``lines`` may be any iterable of str (a generator is read once). Each line goes
+        through :func:`normalize_source` first; a line that is then empty gives "" and is not
+        decoded. Lines longer than the model allows are cut to their first
+        :attr:`max_src_tokens` tokens; their indices are reported (and logged at debug
         level), never raised.
+
+        Raises:
+            TypeError: for a single str, a mapping, or an item that is not a str.
+            ValueError: for a line that is not valid UTF-8 text (a lone surrogate), naming
+                its index (:func:`~attnkit.models.bert_tokenizer.check_texts`).
         """
-        if isinstance(lines, str):
-            raise TypeError("lines: expected a sequence of strings (one per line), got a str")
-        for i, line in enumerate(lines):
-            if not isinstance(line, str):
-                raise TypeError(f"lines[{i}]: expected a str, got {type(line).__name__}")
+        lines = check_texts(lines, "lines", item="line")
         clean = [normalize_source(line) for line in lines]
         nonempty = [i for i, line in enumerate(clean) if line]
         sources, cut = self.encode([clean[i] for i in nonempty])

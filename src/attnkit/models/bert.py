@@ -21,7 +21,7 @@ GPT; only the key map, which changes with Hugging Face's names and not with the 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -31,9 +31,10 @@ from torch import Tensor, nn
 from attnkit import model_folder
 from attnkit.models import config_checks as checks
 from attnkit.models.bert_hf import hf_key_sources, state_from_hf
-from attnkit.models.bert_tokenizer import BertTokenizer
+from attnkit.models.bert_tokenizer import BertTokenizer, check_texts
 from attnkit.models.init import skip_random_init
 from attnkit.models.pooling import Pooling
+from attnkit.models.transformer import check_token_ids
 from attnkit.modules.encoder import Encoder
 from attnkit.modules.positional import LearnedPositionalEmbedding
 
@@ -232,29 +233,36 @@ class BertModel(nn.Module):
         """Encode a batch.
 
         Args:
-            input_ids: (B, T) token ids.
-            attention_mask: (B, T), 1/True for real tokens and 0/False for padding.
-            token_type_ids: (B, T) segment ids (default: all 0).
+            input_ids: (B, T) token ids in ``[0, vocab_size)``, T >= 1.
+            attention_mask: (B, T) bool or 0/1 integers, 1/True for real tokens and 0/False
+                for padding.
+            token_type_ids: (B, T) segment ids in ``[0, type_vocab_size)`` (default: all 0).
             output_attentions: also return every layer's weights (B, H, T, T); this takes the
                 readable attention path instead of the fused kernel.
 
         Returns:
             A :class:`BertOutput`.
+
+        Raises:
+            TypeError: for an argument that is not a tensor, or a float mask.
+            ValueError: naming the argument, for another shape or dtype, no token (T = 0: the
+                pooler reads [CLS] at position 0), an id outside its vocabulary
+                (:func:`~attnkit.models.transformer.check_token_ids`), or mask values other
+                than 0 and 1.
         """
-        if input_ids.dim() != 2 or input_ids.is_floating_point():
+        c = self.config
+        check_token_ids("input_ids", input_ids, c.vocab_size)
+        if input_ids.shape[1] == 0:
             raise ValueError(
-                f"input_ids: expected integer ids of shape (B, T), got shape "
-                f"{tuple(input_ids.shape)} dtype {input_ids.dtype}"
+                f"input_ids: expected at least one token per row, got shape "
+                f"{tuple(input_ids.shape)}"
             )
-        for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
-            if t is not None and t.shape != input_ids.shape:
-                raise ValueError(
-                    f"{name}: expected the shape of input_ids {tuple(input_ids.shape)}, got "
-                    f"{tuple(t.shape)}"
-                )
+        if token_type_ids is not None:
+            _check_same_shape("token_type_ids", token_type_ids, input_ids)
+            check_token_ids("token_type_ids", token_type_ids, c.type_vocab_size, what="token type")
         mask = None
         if attention_mask is not None:
-            keep = attention_mask.to(torch.bool)  # (B, T), True = real token
+            keep = _mask_to_bool(attention_mask, input_ids)  # (B, T), True = real token
             # Without padding the mask changes nothing: skip it, as Hugging Face does, so the
             # fused kernel runs unmasked.
             if not bool(keep.all()):
@@ -271,7 +279,7 @@ class BertModel(nn.Module):
     @torch.no_grad()
     def encode(
         self,
-        texts: str | Sequence[str],
+        texts: str | Iterable[str],
         *,
         batch_size: int = 32,
         normalize: bool | None = None,
@@ -280,22 +288,28 @@ class BertModel(nn.Module):
         """Sentence embeddings with the checkpoint's own pooling (see :mod:`.pooling`).
 
         Args:
-            texts: the sentences (a single string counts as one).
+            texts: the sentences, any iterable of str (a single string counts as one).
             batch_size: sentences per forward pass.
             normalize: unit-length vectors; default: as the checkpoint says.
             show_progress: a tqdm bar on stderr; default: only for 32 batches or more.
 
         Returns:
             (N, hidden_size) float32, in the order of ``texts``; computed in eval mode.
+
+        Raises:
+            TypeError: for ``texts`` that is a mapping or not iterable, or an item that is not
+                a str, naming its index (:func:`~attnkit.models.bert_tokenizer.check_texts`).
+            ValueError: for an item that is not valid UTF-8 text (a lone surrogate), a
+                ``batch_size`` that is not an integer >= 1, or a model without a tokenizer.
         """
         if self.tokenizer is None:
             raise ValueError(
                 "encode: this model has no tokenizer; load it with BertModel.from_pretrained(DIR) "
                 "from a folder with tokenizer.json, or set model.tokenizer"
             )
-        texts = [texts] if isinstance(texts, str) else list(texts)
-        if batch_size < 1:
-            raise ValueError(f"batch_size: expected a positive integer, got {batch_size}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
+        texts = check_texts([texts] if isinstance(texts, str) else texts, "texts")
         if not texts:
             return torch.empty(0, self.config.hidden_size)
         # Longest first, so each batch holds texts of similar length and little padding.
@@ -365,6 +379,35 @@ class BertModel(nn.Module):
             model, state, source=source, against=str(config_path), assign=True
         )
         return model.to(dtype).eval()
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def _check_same_shape(name: str, t: Tensor, input_ids: Tensor) -> None:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.shape != input_ids.shape:
+        raise ValueError(
+            f"{name}: expected the shape of input_ids {tuple(input_ids.shape)}, got "
+            f"{tuple(t.shape)}"
+        )
+
+
+def _mask_to_bool(attention_mask: Tensor, input_ids: Tensor) -> Tensor:
+    """``attention_mask`` (bool, or integers 0/1) as bool (B, T); refused as GPT refuses it
+    (a 2 or a 0.5 is not a padding flag, and casting would call it real)."""
+    _check_same_shape("attention_mask", attention_mask, input_ids)
+    if attention_mask.dtype == torch.bool:
+        return attention_mask
+    if attention_mask.is_floating_point() or attention_mask.is_complex():
+        raise TypeError(
+            "attention_mask: expected bool or 0/1 integers (1 = real token), got dtype "
+            f"{attention_mask.dtype}"
+        )
+    if bool(((attention_mask != 0) & (attention_mask != 1)).any()):
+        raise ValueError("attention_mask: expected only 0 and 1 (1 = real token)")
+    return attention_mask != 0
 
 
 # --------------------------------------------------------------------------- checkpoint files

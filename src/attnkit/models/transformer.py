@@ -94,6 +94,35 @@ class TransformerConfig:
         return cls(**d)
 
 
+def check_token_ids(
+    name: str, ids: Tensor, vocab_size: int | None, *, shape: str = "(B, T)", what: str = "token id"
+) -> None:
+    """Refuse ``ids`` that are not a 2-D integer tensor, or hold an id outside
+    ``[0, vocab_size)`` (the wording is :class:`~attnkit.models.GPT`'s).
+
+    The range is read back from the device (one sync), so it is checked once per call where
+    ids enter a model (an encode, a teacher-forcing forward), never per decoding step:
+    ``vocab_size`` None checks type and shape only.
+
+    Raises:
+        TypeError: ``ids`` is not a tensor.
+        ValueError: naming ``name``, for another shape, a float, complex or bool dtype, or an
+            id outside the vocabulary.
+    """
+    if not isinstance(ids, Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor of token ids, got {type(ids).__name__}")
+    if ids.dim() != 2:
+        raise ValueError(f"{name}: expected token ids of shape {shape}, got {tuple(ids.shape)}")
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise ValueError(f"{name}: expected integer token ids, got dtype {ids.dtype}")
+    if vocab_size is None or ids.numel() == 0:
+        return
+    low, high = (int(v) for v in torch.aminmax(ids))
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(f"{name}: {what} {bad} is outside the vocabulary [0, {vocab_size})")
+
+
 class Transformer(nn.Module):
     """Encoder-decoder Transformer for sequence-to-sequence tasks such as translation.
 
@@ -161,9 +190,12 @@ class Transformer(nn.Module):
             ``EncodeOutput(memory, src_mask, weights)``: memory (B, S, d_model), the source key
             mask (B, 1, S) (True = real token), and the per-layer weights list with
             ``return_weights`` (else None).
+
+        Raises:
+            ValueError: for ``src`` not (B, S) integer ids in ``[0, src_vocab_size)``
+                (:func:`check_token_ids`), or longer than ``max_len``.
         """
-        if src.dim() != 2:
-            raise ValueError(f"src: expected token ids of shape (B, S), got {tuple(src.shape)}")
+        check_token_ids("src", src, self.config.src_vocab_size, shape="(B, S)")
         src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, S)
         pack = skip_padding and not return_weights
         packing = Packing.of(src_mask.squeeze(1)) if pack else None
@@ -204,9 +236,11 @@ class Transformer(nn.Module):
             positions. Only for right-padded rows (a real position attends to every earlier
             one, padding included, as it does here without a target mask); other layouts
             are computed whole.
+
+        ``tgt``'s shape and dtype are checked, not its ids' range: decoding calls this at every
+        step with ids the search chose (:meth:`forward` checks a caller's).
         """
-        if tgt.dim() != 2:
-            raise ValueError(f"tgt: expected token ids of shape (B, T), got {tuple(tgt.shape)}")
+        check_token_ids("tgt", tgt, None)
         x = self._embed(self.tgt_embed, tgt, offset)
         packing = None
         if skip_padding and caches is None and not return_weights:
@@ -248,6 +282,19 @@ class Transformer(nn.Module):
 
         A plain tensor (what losses and ``torch.nn.Transformer`` users expect); weights come
         from :meth:`encode` / :meth:`decode` with ``return_weights=True``.
+
+        Raises:
+            ValueError: for ids as :meth:`encode` refuses them (``tgt``'s against
+                ``tgt_vocab_size``), or ``src`` and ``tgt`` of different batch sizes: row i of
+                ``tgt`` is the target of row i of ``src`` (only :meth:`decode` shares a memory
+                row among several target rows, the beams of one sentence).
         """
+        check_token_ids("tgt", tgt, self.config.tgt_vocab_size)
+        check_token_ids("src", src, None, shape="(B, S)")  # its ids: in encode, below
+        if src.shape[0] != tgt.shape[0]:
+            raise ValueError(
+                f"src, tgt: expected the same batch size, got src {tuple(src.shape)} and tgt "
+                f"{tuple(tgt.shape)}"
+            )
         memory, src_mask, _ = self.encode(src)
         return self.decode(tgt, memory, src_mask).output

@@ -70,7 +70,16 @@ class DecoderLayer(nn.Module):
         Returns:
             ``DecoderLayerOutput(hidden, self_weights, cross_weights)``: hidden (B, T, d_model);
             weights (B, H, T, T_k) and (B, H, T, S), or None.
+
+        Raises:
+            TypeError: ``memory`` is not a tensor (None would turn cross-attention into a
+                second self-attention over ``x``).
         """
+        if not isinstance(memory, Tensor):
+            raise TypeError(
+                "memory: expected the encoder output, a (B, S, d_model) tensor, got "
+                f"{type(memory).__name__}"
+            )
         self_cache, cross_cache = cache if cache is not None else (None, None)
         self_attn = self.self_attn(
             self.self_block.pre(x),
