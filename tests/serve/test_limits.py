@@ -151,3 +151,24 @@ def test_a_body_that_is_not_utf8_is_named(client):
     assert error(bad, 400) == (
         "body: not UTF-8 (byte 0xff at offset 12); JSON must be sent as UTF-8"
     )
+
+
+@pytest.mark.parametrize(
+    "path, body, where",
+    [
+        ("/v1/translate", b'{"texts": ["ok", "ein \\udc80 hund"]}', "texts[1]"),
+        ("/v1/embed", b'{"texts": ["a \\udc80"]}', "texts[0]"),
+        ("/v1/attention", b'{"text": "a \\udc80"}', "text"),
+        ("/v1/generate", b'{"prompt": "a \\udc80", "max_new_tokens": 2}', "prompt"),
+        ("/v1/generate", b'{"prompt": "a", "stop": ["\\udc80"]}', "stop[0]"),
+    ],
+)
+def test_text_that_is_not_utf8_is_named(client, path, body, where):
+    """JSON's \\udc80 escape decodes to a lone surrogate; the tokenizers raised an internal
+    error on it (500)."""
+    bad = client.post(path, content=body, headers={"content-type": "application/json"})
+    message = error(bad, 422)
+    # pydantic refuses it itself where the field has a length constraint ("unable to parse
+    # raw data as a unicode string"); attnkit's validator elsewhere
+    assert message.startswith(f"{where}: ")
+    assert "not valid UTF-8 text: a lone surrogate U+DC80" in message or "unicode" in message

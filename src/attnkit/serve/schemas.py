@@ -4,9 +4,9 @@ setting is never silently ignored."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 __all__ = [
     "AttentionKind",
@@ -27,8 +27,24 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _utf8(text: str) -> str:
+    """JSON's ``\\udc80`` escapes decode to lone surrogates, which no UTF-8 text holds (and the
+    tokenizers refuse with an internal error): a 422 naming the character instead."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"not valid UTF-8 text: a lone surrogate U+{ord(text[err.start]):04X} at character "
+            f"{err.start}"
+        ) from None
+    return text
+
+
+Text = Annotated[str, AfterValidator(_utf8)]
+
+
 class TranslateRequest(_Request):
-    texts: list[str] = Field(
+    texts: list[Text] = Field(
         min_length=1,
         description="sentences to translate (German -> English for the shipped model); "
         "white space is normalised as `attnkit translate` does; an empty text gives ''",
@@ -48,7 +64,7 @@ class TranslateResponse(BaseModel):
 
 
 class EmbedRequest(_Request):
-    texts: list[str] = Field(min_length=1, examples=[["A man is riding a bicycle."]])
+    texts: list[Text] = Field(min_length=1, examples=[["A man is riding a bicycle."]])
     normalize: bool | None = Field(
         None, description="unit-length vectors; default: as the model folder says"
     )
@@ -62,7 +78,7 @@ class EmbedResponse(BaseModel):
 
 
 class AttentionRequest(_Request):
-    text: str = Field(
+    text: Text = Field(
         min_length=1, description="the sentence", examples=["Ein Mann fährt Fahrrad."]
     )
     model: Literal["translation", "bert"] = Field(
@@ -105,7 +121,7 @@ class AttentionResponse(BaseModel):
 class GenerateRequest(_Request):
     """The sampling settings of `attnkit generate`."""
 
-    prompt: str = Field(description="text to continue", examples=["Once upon a time"])
+    prompt: Text = Field(description="text to continue", examples=["Once upon a time"])
     max_new_tokens: int | None = Field(
         None, ge=1, description="tokens to generate at most (default 64, or the server's limit)"
     )
@@ -115,7 +131,7 @@ class GenerateRequest(_Request):
     top_k: int = Field(0, ge=0, description="sample from the k most probable ids; 0 = off")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling; 1 = off")
     repetition_penalty: float = Field(1.0, gt=0, description="> 1 discourages seen ids; 1 = off")
-    stop: list[str] = Field(default_factory=list, description="stop at any of these texts")
+    stop: list[Text] = Field(default_factory=list, description="stop at any of these texts")
     seed: int | None = Field(None, description="seed for sampling (reproducible)")
     stream: bool = Field(
         False,
