@@ -4,7 +4,7 @@ same random weights, the cache against recomputing the prefix, batches against s
 import pytest
 import torch
 
-from attnkit.generation import GenerationConfig, generate
+from attnkit.generation import GenerationConfig, generate, generate_steps
 from tests.helpers.generation import load_pair
 
 PROMPTS = [[1, 2, 3], [50, 60, 70, 80, 90, 100, 7], [42], [10, 20, 30, 40]]
@@ -194,10 +194,69 @@ def test_a_prompt_too_long_for_the_context_is_named(pair):
         generate(gpt, [[1, 2], [3] * 95], GenerationConfig(max_new_tokens=2))
 
 
-@pytest.mark.parametrize("prompts", [[], [[]], "abc"])
+@pytest.mark.parametrize("prompts", [[], [[]]])
 def test_bad_prompts(pair, prompts):
     with pytest.raises(ValueError, match="prompts"):
         generate(pair[1], prompts, GenerationConfig(max_new_tokens=2))
+
+
+@pytest.mark.parametrize(
+    ("prompts", "message"),
+    [
+        ("abc", r"prompts: expected a list of prompts, .* got the text 'abc'; for text, use gene"),
+        (["hi"], r"prompts\[0\]: expected a list of int ids, got the text 'hi'; for text, use gen"),
+        ([[[1, 2]]], r"prompts\[0\]: expected a list of int ids, got 2 dimensions, shape \(1, 2"),
+        ([1, 2], r"prompts\[0\]: expected a list of int ids, got 1 \(prompts: a list of prompts"),
+        (5, r"prompts: expected a list of prompts, each a list of int ids, .* got int"),
+        ([[1.7, 2.2]], r"prompts\[0\]: expected int ids, got torch.float32 ones \[1.7, 2.2\] \("),
+        ([[1, 2], [3.0]], r"prompts\[1\]: expected int ids, got torch.float32"),
+        ([[True, False]], r"prompts\[0\]: expected int ids, got torch.bool"),
+        (torch.tensor([[1.7, 2.2]]), r"prompts: expected an integer tensor of ids, got torch.f"),
+    ],
+)
+def test_prompts_that_are_not_ids_are_refused_not_truncated(pair, prompts, message):
+    with pytest.raises(TypeError, match=message):
+        generate(pair[1], prompts, GenerationConfig(max_new_tokens=2))
+
+
+def test_eos_ids_outside_the_vocabulary_are_refused(pair):
+    _, gpt = pair  # vocab_size=300
+    message = r"eos_ids: id 500 is outside the model's vocabulary \[0, 300\) \(vocab_size=300\)"
+    with pytest.raises(ValueError, match=message):
+        generate(gpt, PROMPTS, GenerationConfig(max_new_tokens=2, eos_ids=(3, 500)))
+    assert generate(gpt, [[1]], GenerationConfig(max_new_tokens=2, eos_ids=299)).tokens[0]
+
+
+def test_the_config_must_be_a_generation_config(pair):
+    with pytest.raises(TypeError, match="config: expected a GenerationConfig .* got dict"):
+        generate(pair[1], PROMPTS, {"max_new_tokens": 3})
+
+
+def test_the_model_runs_in_eval_mode_and_gets_its_mode_back():
+    """A model left in training mode (GPT's default, dropout 0.1) generates as in eval mode:
+    the first log-probability is log_softmax of the eval model's logits, and runs agree."""
+    from attnkit.models import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=100, context_length=32, d_model=32, num_heads=4,
+                          num_layers=2, d_ff=64, bos_token_id=0, eos_token_id=0))  # fmt: skip
+    assert model.training
+    prompt = [5, 6, 7]
+    with torch.no_grad():
+        want = torch.log_softmax(model.eval()(torch.tensor([prompt])).logits[0, -1], dim=-1)
+    model.train()
+    config = GenerationConfig(max_new_tokens=12, eos_ids=())
+    first = generate(model, [prompt], config)
+    assert model.training
+    assert first.logprobs[0][0] == pytest.approx(want[first.tokens[0][0]].item(), abs=1e-5)
+    for _ in range(3):
+        again = generate(model, [prompt], config)
+        assert again.tokens == first.tokens and again.logprobs == first.logprobs
+    steps = generate_steps(model, [prompt], config)
+    next(steps)
+    assert not model.training
+    steps.close()  # a caller that stops early
+    assert model.training
 
 
 @pytest.mark.parametrize(
@@ -213,6 +272,10 @@ def test_bad_prompts(pair, prompts):
         (dict(top_k=5), "temperature=0 means greedy"),
         (dict(repetition_penalty=0.0), "repetition_penalty"),
         (dict(eos_ids=(-1,)), "eos_ids"),
+        (dict(eos_ids="12"), "eos_ids: expected an id or a sequence of ids .* got str '12'"),
+        (dict(eos_ids=True), "eos_ids: expected an id .* got bool"),
+        (dict(eos_ids=1.5), "eos_ids: expected an id .* got float"),
+        (dict(eos_ids=(1, None)), "eos_ids: expected ids >= 0"),
         (dict(stop_strings=("",)), "stop_strings"),
         (dict(stop_strings="END"), "stop_strings"),
         (dict(seed=1.5), "seed"),
@@ -224,6 +287,11 @@ def test_bad_prompts(pair, prompts):
 def test_config_errors_name_the_setting(kwargs, name):
     with pytest.raises((ValueError, TypeError), match=name):
         GenerationConfig(**kwargs)
+
+
+def test_one_eos_id_may_be_given_as_an_int():
+    assert GenerationConfig(eos_ids=5).eos_ids == (5,)
+    assert GenerationConfig(eos_ids=[5, 7]).eos_ids == (5, 7)
 
 
 def test_seed_range_is_the_generators():

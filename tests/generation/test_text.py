@@ -107,3 +107,34 @@ def test_prompts_must_be_strings(gpt):
         generate_text(gpt, None, "one string", GenerationConfig())
     with pytest.raises(TypeError, match="prompt"):
         next(stream_text(gpt, None, ["a list"], GenerationConfig()))
+
+
+def test_no_prompts_give_no_results(gpt):
+    # As Translator.translate([]) and BertModel.encode([]): an empty batch is not an error.
+    assert generate_text(gpt, None, [], GenerationConfig()) == []
+
+
+def test_the_config_must_be_a_generation_config(gpt):
+    with pytest.raises(TypeError, match="config: expected a GenerationConfig .* got dict"):
+        generate_text(gpt, None, ["hello"], {"max_new_tokens": 3})
+    with pytest.raises(TypeError, match="config: expected a GenerationConfig .* got dict"):
+        next(stream_text(gpt, None, "hello", {"max_new_tokens": 3}))
+
+
+def test_a_stream_runs_in_eval_mode_until_it_ends_or_is_closed(gpt):
+    # The model has GPT-2's dropout (0.1): in training mode its text would change run to run.
+    config = GenerationConfig(max_new_tokens=30, eos_ids=())
+    want = generate_text(gpt, None, [PROMPTS[0]], config)[0].text
+    gpt.train()
+    try:
+        pieces = stream_text(gpt, None, PROMPTS[0], config)
+        next(pieces)
+        assert not gpt.training
+        pieces.close()  # a client that goes away
+        assert gpt.training
+        assert "".join(stream_text(gpt, None, PROMPTS[0], config)) == want
+        assert gpt.training
+        assert generate_text(gpt, None, [PROMPTS[0]], config)[0].text == want
+        assert gpt.training
+    finally:
+        gpt.eval()

@@ -250,11 +250,32 @@ def test_init_cache_defaults_and_dtype():
     assert cache.layers[0].k.shape == (3, 2, 24, 8) and cache.layers[0].k.dtype == torch.float32
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert model.init_cache(1, 4).layers[0].k.dtype == torch.bfloat16
-    assert model.init_cache(1, 4, dtype=torch.float64).layers[1].v.dtype == torch.float64
+    # A bfloat16 cache may be made ahead of its use under autocast.
+    assert model.init_cache(1, 4, dtype=torch.bfloat16).layers[1].v.dtype == torch.bfloat16
     with pytest.raises(ValueError, match=r"batch_size: expected a positive integer, got 0"):
         model.init_cache(0)
     with pytest.raises(ValueError, match=r"max_len: expected a positive integer, got -1"):
         model.init_cache(1, -1)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ((True, 8), {}, r"batch_size: expected a positive integer, got True \(bool\)"),
+        ((2, False), {}, r"max_len: expected a positive integer, got False \(bool\)"),
+        ((2, 8.0), {}, r"max_len: expected a positive integer, got 8.0 \(float\)"),
+        (
+            (2, 8),
+            {"dtype": torch.float64},
+            r"dtype: expected the parameters' torch.float32 or, for use under autocast, "
+            r"torch.bfloat16, got torch.float64",
+        ),
+        ((2, 8), {"device": "meta"}, r"device: the model is on cpu, got meta"),
+    ],
+)
+def test_init_cache_refuses_what_the_model_could_not_use(args, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        tiny().init_cache(*args, **kwargs)
 
 
 def test_cache_refusals_leave_it_as_it_was():
@@ -272,6 +293,75 @@ def test_cache_refusals_leave_it_as_it_was():
             with pytest.raises(ValueError, match=message):
                 model(torch.ones(2, 1, dtype=torch.long), cache=cache)
         assert cache.length == t and cache.positions.tolist() == [t, t]
+
+
+class Boom(Exception):
+    pass
+
+
+def fail_in_layer_1(module, args, output):
+    raise Boom("layer 1")
+
+
+def cache_state(cache: GPTCache) -> tuple:
+    return cache.length, cache.positions.tolist(), [layer.length for layer in cache.layers]
+
+
+@pytest.mark.parametrize("window", [None, 3], ids=["gpt2", "window"])
+def test_a_forward_that_fails_part_way_leaves_the_cache_as_it_was(rows, window):
+    """An error in layer 1 (after layer 0 and the padding have taken the new slots) puts the
+    cache back, and the retry equals the pass without a cache: at the prefill, at a chunk of 3
+    (which rewrites a 3-slot window's whole ring) and at one-token steps."""
+    model = tiny() if window is None else llama(window=window)
+    prompt_ids, prompt_mask = padded(rows, "left")  # (4, 7)
+    ids = torch.cat([prompt_ids, torch.randint(1, 53, (4, 5))], 1)  # (4, 12)
+    mask = torch.cat([prompt_mask, torch.ones(4, 5, dtype=torch.bool)], 1)
+    cache = model.init_cache(4, 12)
+    with torch.no_grad():
+        full = model(ids, attention_mask=mask).logits
+        for a, b in ((0, 7), (7, 10), (10, 11), (11, 12)):
+            before = cache_state(cache)
+            hook = model.blocks.layers[1].register_forward_hook(fail_in_layer_1)
+            with pytest.raises(Boom):
+                model(ids[:, a:b], attention_mask=mask[:, a:b], cache=cache)
+            hook.remove()
+            assert cache_state(cache) == before
+            got = model(ids[:, a:b], attention_mask=mask[:, a:b], cache=cache).logits
+            torch.testing.assert_close(got[mask[:, a:b]], full[:, a:b][mask[:, a:b]], **TOL)
+    assert cache_state(cache)[0] == 12
+
+
+@pytest.mark.parametrize(
+    ("make_cache", "error", "message"),
+    [
+        (lambda: tiny(num_layers=3).init_cache(2, 5), ValueError,
+         r"cache: has 3 layers, but the model has 2; make it with this model's init_cache"),
+        (lambda: tiny(d_model=32, d_ff=64).init_cache(2, 5), ValueError,
+         r"cache: holds 2 key/value heads of width 16, but the model has 2 of width 8"),
+        (lambda: tiny(num_heads=4).init_cache(2, 5), ValueError,
+         r"cache: holds 4 key/value heads of width 4, but the model has 2 of width 8"),
+        (lambda: tiny().init_cache(2, 5, dtype=torch.bfloat16), ValueError,
+         r"cache: keys and values in torch.bfloat16, but the model computes them in "
+         r"torch.float32 here"),
+        (lambda: tiny().init_cache(2, 5).layers, TypeError,
+         r"cache: expected a GPTCache \(from GPT.init_cache\), got list"),
+    ],
+    ids=["layers", "width", "heads", "dtype", "type"],
+)  # fmt: skip
+def test_a_cache_that_does_not_fit_the_model_is_refused_untouched(make_cache, error, message):
+    model, cache = tiny(), make_cache()
+    with torch.no_grad(), pytest.raises(error, match=message):
+        model(torch.ones(2, 3, dtype=torch.long), cache=cache)
+    if isinstance(cache, GPTCache):
+        assert cache_state(cache) == (0, [0, 0], [0] * len(cache.layers))
+
+
+def test_a_bfloat16_cache_fits_the_model_under_autocast():
+    model = tiny()
+    cache = model.init_cache(2, 5, dtype=torch.bfloat16)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        model(torch.ones(2, 3, dtype=torch.long), cache=cache)
+    assert cache.length == 3
 
 
 # --------------------------------------------------------------------------- errors

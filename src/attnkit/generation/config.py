@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from attnkit.generation.sampling import check_seed
 
-__all__ = ["GenerationConfig"]
+__all__ = ["GenerationConfig", "resolve_config"]
 
 
 def _is_int(value) -> bool:
@@ -28,7 +29,7 @@ class GenerationConfig:
     top_k: int = 0  # keep the k most probable tokens when sampling; 0 = off
     top_p: float = 1.0  # keep the smallest set with probability >= top_p; 1 = off
     repetition_penalty: float = 1.0  # CTRL's penalty on ids seen (prompt included); 1 = off
-    eos_ids: tuple[int, ...] | None = None  # ids that end a row; None = the model's eos
+    eos_ids: tuple[int, ...] | None = None  # ids ending a row (or one id); None = the model's eos
     stop_strings: tuple[str, ...] = ()  # text that ends a row (the text is cut before it)
     seed: int | None = None  # the sampler's seed, 0 to 2**64 - 1; None = not reproducible
     use_cache: bool = True  # False: recompute the whole prefix at every step (reference path)
@@ -60,9 +61,7 @@ class GenerationConfig:
                 f"repetition_penalty: expected a finite number > 0 (1 = off), got {r!r}"
             )
         if self.eos_ids is not None:
-            object.__setattr__(self, "eos_ids", tuple(self.eos_ids))
-            if not all(_is_int(i) and i >= 0 for i in self.eos_ids):
-                raise ValueError(f"eos_ids: expected ids >= 0, got {self.eos_ids!r}")
+            object.__setattr__(self, "eos_ids", _as_ids("eos_ids", self.eos_ids))
         if isinstance(self.stop_strings, str):
             raise TypeError(
                 f"stop_strings: expected a sequence of strings, got the string {self.stop_strings!r}"
@@ -75,3 +74,30 @@ class GenerationConfig:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+def _as_ids(name: str, value) -> tuple[int, ...]:
+    """``value`` as a tuple of ids >= 0: a sequence of ints, or one int (a one-id tuple)."""
+    if _is_int(value):
+        value = (value,)
+    elif isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(
+            f"{name}: expected an id or a sequence of ids (ints), got {type(value).__name__} "
+            f"{value!r:.80}"
+        )
+    ids = tuple(value)
+    if not all(_is_int(i) and i >= 0 for i in ids):
+        raise ValueError(f"{name}: expected ids >= 0 (ints), got {ids!r:.80}")
+    return ids
+
+
+def resolve_config(config: GenerationConfig | None) -> GenerationConfig:
+    """``config``, or the defaults for None; anything else (a dict, say) is a TypeError."""
+    if config is None:
+        return GenerationConfig()
+    if not isinstance(config, GenerationConfig):
+        raise TypeError(
+            f"config: expected a GenerationConfig (or None for the defaults), got "
+            f"{type(config).__name__}; for a dict of settings pass GenerationConfig(**settings)"
+        )
+    return config

@@ -31,13 +31,13 @@ draws for every row still generating, in turn, so a row's draws depend on the ba
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from attnkit.generation.config import GenerationConfig
+from attnkit.generation.config import GenerationConfig, resolve_config
 from attnkit.generation.logits import process_logits, seen_tokens
 from attnkit.generation.packed import packed_linears
 from attnkit.generation.sampling import make_generator, select
@@ -90,40 +90,102 @@ class GenerationOutput:
     finish_reasons: list[str]
 
 
+_PROMPTS = "a list of prompts, each a list of int ids, or a (B, T) integer tensor"
+_TEXT = "for text, use generate_text, which encodes it"
+
+
+def _is_integer(ids: Tensor) -> bool:
+    return not (ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool)
+
+
+def _prompt_ids(row: int, prompt) -> Tensor:
+    """One prompt as a 1-D integer tensor; ids are never rounded from floats."""
+    name = f"prompts[{row}]"
+    if isinstance(prompt, (str, bytes)):
+        raise TypeError(f"{name}: expected a list of int ids, got the text {prompt!r:.40}; {_TEXT}")
+    try:
+        ids = prompt if isinstance(prompt, Tensor) else torch.as_tensor(list(prompt))
+    except (TypeError, ValueError, RuntimeError):  # not a sequence, or not of numbers
+        raise TypeError(
+            f"{name}: expected a list of int ids, got {prompt!r:.80} (prompts: {_PROMPTS})"
+        ) from None
+    if ids.dim() != 1:
+        raise TypeError(
+            f"{name}: expected a list of int ids, got {ids.dim()} dimensions, shape "
+            f"{tuple(ids.shape)} (prompts: {_PROMPTS})"
+        )
+    if ids.numel() == 0:
+        raise ValueError(f"{name}: empty; a prompt needs at least one id (e.g. bos)")
+    if not _is_integer(ids):
+        raise TypeError(
+            f"{name}: expected int ids, got {ids.dtype} ones {prompt!r:.80} (ids are never rounded)"
+        )
+    return ids
+
+
 def pad_prompts(
-    prompts: Sequence[Sequence[int]], *, pad_id: int = 0, device: torch.device | str | None = None
+    prompts: Sequence[Sequence[int]] | Tensor,
+    *,
+    pad_id: int = 0,
+    device: torch.device | str | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Left-pad prompts of ids to one length.
 
+    Args:
+        prompts: a list of prompts, each a list of int ids (Python or numpy ints, or a 1-D
+            integer tensor), or a (B, T) integer tensor. Float ids are refused, not rounded.
+        pad_id: the id written in the padding slots (masked out, never attended to).
+        device: where the result goes.
+
     Returns:
         ids (B, T) int64 and mask (B, T) bool (True = real token).
+
+    Raises:
+        TypeError: for text, non-integer ids or prompts nested otherwise.
+        ValueError: for no prompt at all, or an empty one.
     """
     if isinstance(prompts, Tensor):
         if prompts.dim() != 2 or prompts.shape[1] == 0:
             raise ValueError(
                 f"prompts: expected a (B, T) tensor with T >= 1, got {tuple(prompts.shape)}"
             )
+        if not _is_integer(prompts):
+            raise TypeError(f"prompts: expected an integer tensor of ids, got {prompts.dtype}")
         ids = prompts.to(device=device, dtype=torch.long)
         return ids, torch.ones_like(ids, dtype=torch.bool)
-    if isinstance(prompts, (str, bytes)) or not len(prompts):
+    if isinstance(prompts, (str, bytes)):
+        raise TypeError(f"prompts: expected {_PROMPTS}, got the text {prompts!r:.40}; {_TEXT}")
+    if not isinstance(prompts, Collection):
+        raise TypeError(f"prompts: expected {_PROMPTS}, got {type(prompts).__name__}")
+    rows = [_prompt_ids(row, prompt) for row, prompt in enumerate(prompts)]
+    if not rows:
         raise ValueError(f"prompts: expected a non-empty list of lists of ids, got {prompts!r:.80}")
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)  # (B, T)
-    mask = torch.zeros(len(prompts), width, dtype=torch.bool)  # (B, T)
-    for row, prompt in enumerate(prompts):
-        if len(prompt) == 0:
-            raise ValueError(f"prompts[{row}]: empty; a prompt needs at least one id (e.g. bos)")
-        ids[row, width - len(prompt) :] = torch.as_tensor(list(prompt), dtype=torch.long)
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)  # (B, T)
+    mask = torch.zeros(len(rows), width, dtype=torch.bool)  # (B, T)
+    for row, prompt in enumerate(rows):
+        ids[row, width - len(prompt) :] = prompt
         mask[row, width - len(prompt) :] = True
     return ids.to(device), mask.to(device)
 
 
 def resolve_eos(model, config: GenerationConfig) -> tuple[int, ...]:
-    """The ids that end a row: ``config.eos_ids``, or the model's eos when that is None."""
-    if config.eos_ids is not None:
-        return config.eos_ids
-    eos = getattr(model.config, "eos_token_id", None)
-    return () if eos is None else (int(eos),)
+    """The ids that end a row: ``config.eos_ids``, or the model's eos when that is None.
+
+    Raises:
+        ValueError: for an id outside the model's vocabulary (the row could never stop).
+    """
+    if config.eos_ids is None:
+        eos = getattr(model.config, "eos_token_id", None)
+        return () if eos is None else (int(eos),)
+    vocab = model.config.vocab_size
+    for i in config.eos_ids:
+        if i >= vocab:
+            raise ValueError(
+                f"eos_ids: id {i} is outside the model's vocabulary [0, {vocab}) "
+                f"(vocab_size={vocab}), so no row could ever end on it"
+            )
+    return config.eos_ids
 
 
 def prefill(model, ids: Tensor, mask: Tensor, cache) -> Tensor:
@@ -182,7 +244,6 @@ def _check_length(model, mask: Tensor, config: GenerationConfig) -> None:
         )
 
 
-@torch.inference_mode()
 def generate_steps(
     model,
     prompts: Sequence[Sequence[int]] | Tensor,
@@ -192,28 +253,54 @@ def generate_steps(
 ) -> Iterator[Step]:
     """Generate for a batch of prompts, yielding a :class:`Step` after every token.
 
+    The inputs are checked when this is called; the model runs from the first step on.
+
     Args:
         model: a :class:`~attnkit.models.GPT` (or anything with its call, ``lm_head``,
-            ``init_cache`` and ``config.context_length`` / ``vocab_size`` / ``eos_token_id``),
-            in eval mode.
-        prompts: lists of ids (different lengths are left-padded), or a (B, T) tensor.
+            ``init_cache`` and ``config.context_length`` / ``vocab_size`` / ``eos_token_id``).
+            It is put in eval mode (dropout off) from the first step, and its mode is restored
+            when the generator finishes, fails or is closed.
+        prompts: a list of prompts, each a list of int ids (different lengths are
+            left-padded), or a (B, T) integer tensor (:func:`pad_prompts`).
         config: what to generate.
         stop: called with each step before it is yielded; returns, per row, whether the
             caller's stop condition (e.g. a stop string) ends that row.
+
+    Raises:
+        TypeError: for a config that is not a :class:`GenerationConfig`, or prompts that
+            are not ids (:func:`pad_prompts`).
+        ValueError: for prompts or ``max_new_tokens`` that do not fit the context, or eos ids
+            outside the vocabulary; all checked before the first token.
     """
+    config = resolve_config(config)
     device = next(model.parameters()).device
     ids, mask = pad_prompts(prompts, device=device)  # (B, T) each
     _check_length(model, mask, config)
-    with packed_linears(model):
-        yield from _steps(model, ids, mask, config, stop)
+    eos = set(resolve_eos(model, config))
+    return _eval_steps(model, ids, mask, config, eos, stop)
 
 
-def _steps(model, ids: Tensor, mask: Tensor, config: GenerationConfig, stop) -> Iterator[Step]:
+@torch.inference_mode()
+def _eval_steps(
+    model, ids: Tensor, mask: Tensor, config: GenerationConfig, eos: set[int], stop
+) -> Iterator[Step]:
+    """:func:`_steps` in eval mode, on prepacked weights; the mode is restored at the end."""
+    was_training = model.training
+    model.eval()
+    try:
+        with packed_linears(model):
+            yield from _steps(model, ids, mask, config, eos, stop)
+    finally:
+        model.train(was_training)
+
+
+def _steps(
+    model, ids: Tensor, mask: Tensor, config: GenerationConfig, eos: set[int], stop
+) -> Iterator[Step]:
     """The token loop of :func:`generate_steps`, on left-padded ids (B, T) and mask (B, T)."""
     device = ids.device
     b, t = ids.shape
     n_new = config.max_new_tokens
-    eos = set(resolve_eos(model, config))
     generator = None if config.greedy else make_generator(config.seed, device)
     penalize = config.repetition_penalty != 1.0
     seen = seen_tokens(ids, model.config.vocab_size, mask) if penalize else None  # (B, V)
@@ -275,12 +362,12 @@ def generate(
         >>> out = generate(gpt, [[464, 3290], [15496]], GenerationConfig(max_new_tokens=8))
         >>> out.tokens[0]   # 8 new ids (fewer if the row reached eos)
     """
-    config = config or GenerationConfig()
+    steps = generate_steps(model, prompts, config, stop=stop)  # checks the inputs
     n = prompts.shape[0] if isinstance(prompts, Tensor) else len(prompts)
     tokens: list[list[int]] = [[] for _ in range(n)]
     logprobs: list[list[float]] = [[] for _ in range(n)]
     reasons = ["length"] * n
-    for step in generate_steps(model, prompts, config, stop=stop):
+    for step in steps:
         for row, tok, lp, why in zip(
             step.rows, step.tokens, step.logprobs, step.finished, strict=True
         ):

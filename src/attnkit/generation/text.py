@@ -11,9 +11,10 @@ decoded text of each row after every token.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 
-from attnkit.generation.config import GenerationConfig
+from attnkit.generation.config import GenerationConfig, resolve_config
 from attnkit.generation.generate import Step, generate_steps
 from attnkit.generation.stopping import StopStrings
 from attnkit.generation.streaming import IncrementalDetokenizer
@@ -89,14 +90,17 @@ def encode_prompts(model, tokenizer, prompts: Sequence[str]) -> list[list[int]]:
     return encoded
 
 
-def _start(model, tokenizer, prompts: Sequence[str], config: GenerationConfig):
+def _start(model, tokenizer, prompts: Sequence[str], config: GenerationConfig | None):
     """The rows' :class:`_RowText` and the steps that fill them (shared by both entry points)."""
     tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
     if tokenizer is None:
         raise ValueError(
             "tokenizer: None, and the model has no tokenizer (a folder without tokenizer.json)"
         )
+    config = resolve_config(config)
     encoded = encode_prompts(model, tokenizer, prompts)
+    if not encoded:  # no prompts, no results (as Translator.translate([]))
+        return [], iter(())
     texts = [_RowText(tokenizer.decode, config.stop_strings, ids) for ids in encoded]
 
     def stop(step: Step) -> list[bool]:
@@ -119,10 +123,13 @@ def generate_text(
         model: a :class:`~attnkit.models.GPT`.
         tokenizer: ``encode(str) -> list[int]`` and ``decode(list[int]) -> str``; None = the
             model's own (``model.tokenizer``).
-        prompts: texts; different lengths are batched together (left-padded).
+        prompts: texts; different lengths are batched together (left-padded). No texts give
+            an empty list.
         config: what to generate (default: greedy, 64 new tokens, stop at the model's eos).
+
+    The model runs in eval mode (dropout off); its mode is restored afterwards.
     """
-    texts, steps = _start(model, tokenizer, prompts, config or GenerationConfig())
+    texts, steps = _start(model, tokenizer, prompts, config)
     for _ in steps:
         pass
     return [t.result for t in texts]
@@ -133,12 +140,15 @@ def stream_text(
 ) -> Iterator[str]:
     """Continue ``prompt``, yielding text as it is decoded (whole UTF-8 characters only).
 
-    The pieces joined are :func:`generate_text`'s text for the same prompt and config.
+    The pieces joined are :func:`generate_text`'s text for the same prompt and config. The
+    model runs in eval mode (dropout off) until the generator finishes or is closed, which
+    restores its mode.
     """
     if not isinstance(prompt, str):
         raise TypeError(f"prompt: expected a string, got {type(prompt).__name__}")
-    (row,), steps = _start(model, tokenizer, [prompt], config or GenerationConfig())
-    for _ in steps:
-        piece = row.take()
-        if piece:
-            yield piece
+    (row,), steps = _start(model, tokenizer, [prompt], config)
+    with closing(steps):  # closed with this generator, whoever holds on to its frame
+        for _ in steps:
+            piece = row.take()
+            if piece:
+                yield piece

@@ -228,6 +228,38 @@ class GPTCache:
             layer.reorder(index)
         self.padding.reorder(index)
 
+    def _save(self, keep: Tensor | None, t: int) -> tuple:
+        """What :meth:`_restore` needs to undo a forward of ``t`` new slots (``keep`` (B, T)
+        bool or None, as :meth:`PaddingCache.update` takes it).
+
+        The lengths are enough while the forward only writes slots past them, which is every
+        case but one: several new slots that overrun a sliding window's ring after earlier ones
+        rewrite the whole ring, so that ring is copied first (chunked prefill only; never in a
+        one-token decoding step).
+        """
+        n = self.padding.length
+        rings = []
+        if t > 1 and n > 0:
+            for layer in self.layers:
+                if layer.window is not None and n + t > layer.capacity:
+                    rings.append((layer, layer.k.clone(), layer.v.clone()))
+        return n, self.padding.has_padding, keep, t, rings
+
+    def _restore(self, saved: tuple) -> None:
+        """Put back the lengths (and rings) :meth:`_save` recorded: a forward that failed part
+        way leaves the cache as it was before the call. Slots written past the restored length
+        are never read, and each layer's next update rewrites what it hands to attention."""
+        n, has_padding, keep, t, rings = saved
+        padding = self.padding
+        if padding.length != n:  # the padding cache had recorded the new slots
+            padding.counts -= t if keep is None else keep.sum(dim=1)
+        padding.length, padding.has_padding = n, has_padding
+        for layer in self.layers:
+            layer.length = n
+        for layer, k, v in rings:
+            layer.k.copy_(k)
+            layer.v.copy_(v)
+
 
 # --------------------------------------------------------------------------- model
 
@@ -321,7 +353,9 @@ class GPT(nn.Module):
             attention_mask: (B, T) bool or 0/1 integers, True = real token, False = padding
                 (left or right); None = all real. Positions count real tokens only.
             cache: from :meth:`init_cache`; ``ids`` then holds only the new slots (a padded
-                prompt batch to prefill, then one token per row per step).
+                prompt batch to prefill, then one token per row per step). It is checked
+                against the model before anything is written, and a call that fails part way
+                (an error or interrupt in a layer) leaves it as it was, so it can be retried.
             return_weights: also return every layer's attention weights (the readable path).
             project: run the output head; False leaves ``logits`` None, for a caller that
                 applies ``lm_head`` itself (to the last position only, say).
@@ -332,15 +366,35 @@ class GPT(nn.Module):
             at padding positions mean nothing.
         """
         keep = self._check_inputs(ids, attention_mask, cache)
-        b, t = ids.shape
+        t = ids.shape[1]
         if cache is None:
             positions = positions_from_mask(keep, t).to(ids.device)  # (B, T) or (1, T)
             self._check_positions(positions, keep)
             mask = None if keep is None else keep[:, None, :]  # (B, 1, T) key mask
-        else:
-            positions = cache.padding.positions(keep, t)  # (B, T)
-            self._check_positions(positions, keep)
+            return self._run(ids, positions, mask, None, return_weights, project)
+        positions = cache.padding.positions(keep, t)  # (B, T)
+        self._check_positions(positions, keep)
+        # From here on the cache changes: if anything fails (an error in a layer, a hook, an
+        # interrupt), it is put back as it was, so that a retry with it is correct.
+        saved = cache._save(keep, t)
+        try:
             mask = cache.padding.update(keep, t)  # (B, 1, T_cached) or None
+            return self._run(ids, positions, mask, cache, return_weights, project)
+        except BaseException:
+            cache._restore(saved)
+            raise
+
+    def _run(
+        self,
+        ids: Tensor,
+        positions: Tensor,
+        mask: Tensor | None,
+        cache: GPTCache | None,
+        return_weights: bool,
+        project: bool,
+    ) -> GPTOutput:
+        """The forward pass on checked inputs: ``positions`` (B or 1, T), key ``mask``
+        (B, 1, T_k) or None, ``cache`` already told of the new slots (or None)."""
         rotary = None
         if self.rotary is None:
             x = self.embed(ids) + self._position_vectors(positions)  # (B, T, d_model)
@@ -383,10 +437,8 @@ class GPT(nn.Module):
             raise ValueError(
                 f"ids: token id {bad} is outside the vocabulary [0, {self.config.vocab_size})"
             )
-        if cache is not None and cache.batch_size != ids.shape[0]:
-            raise ValueError(
-                f"cache: made for {cache.batch_size} rows, but ids has {ids.shape[0]} rows"
-            )
+        if cache is not None:
+            self._check_cache(cache, ids.shape[0])
         if attention_mask is None:
             return None
         if not isinstance(attention_mask, Tensor):
@@ -410,6 +462,49 @@ class GPT(nn.Module):
         attention_mask = attention_mask.to(ids.device)
         # Without padding the mask changes nothing: drop it so the fused kernel runs unmasked.
         return None if bool(attention_mask.all()) else attention_mask
+
+    def _check_cache(self, cache: GPTCache, batch_size: int) -> None:
+        """Raise unless ``cache`` fits this model and ``batch_size`` rows. The layers of a
+        :class:`GPTCache` come from one :meth:`init_cache` and share their heads, head width,
+        dtype and device, so the first layer's buffers speak for all (a check of a few
+        attributes per call, not per layer)."""
+        if not isinstance(cache, GPTCache):
+            raise TypeError(
+                f"cache: expected a GPTCache (from GPT.init_cache), got {type(cache).__name__}"
+            )
+        if cache.batch_size != batch_size:
+            raise ValueError(
+                f"cache: made for {cache.batch_size} rows, but ids has {batch_size} rows"
+            )
+        c = self.config
+        if len(cache.layers) != c.num_layers:
+            raise ValueError(
+                f"cache: has {len(cache.layers)} layers, but the model has {c.num_layers}; "
+                "make it with this model's init_cache"
+            )
+        keys = cache.layers[0].k  # (B, H_kv, T_max, hd)
+        heads, head_dim = c.num_kv_heads or c.num_heads, c.d_model // c.num_heads
+        if (keys.shape[1], keys.shape[3]) != (heads, head_dim):
+            raise ValueError(
+                f"cache: holds {keys.shape[1]} key/value heads of width {keys.shape[3]}, but "
+                f"the model has {heads} of width {head_dim}; make it with this model's init_cache"
+            )
+        param = self.embed.weight
+        if keys.device != param.device:
+            raise ValueError(f"cache: on {keys.device}, but the model is on {param.device}")
+        dtype = self._cache_dtype(param)
+        if keys.dtype != dtype:
+            raise ValueError(
+                f"cache: keys and values in {keys.dtype}, but the model computes them in "
+                f"{dtype} here (its parameters' dtype, or the autocast dtype under autocast)"
+            )
+
+    @staticmethod
+    def _cache_dtype(param: Tensor) -> torch.dtype:
+        """The dtype of the keys and values the layers compute from parameters like
+        ``param``: the autocast dtype when autocast is on for its device, else its dtype."""
+        kind = param.device.type
+        return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else param.dtype
 
     def _check_positions(self, positions: Tensor, keep: Tensor | None) -> None:
         real = positions if keep is None else positions.masked_fill(~keep, 0)
@@ -437,21 +532,30 @@ class GPT(nn.Module):
         Args:
             batch_size: rows.
             max_len: the most slots the cache holds (default ``context_length``).
-            dtype: key/value dtype; default the autocast dtype when autocast is on for the
-                model's device, else the parameters' dtype.
-            device: default the parameters' device.
+            dtype: key/value dtype: the dtype the layers compute them in, which is the
+                parameters' dtype, or under autocast the autocast dtype (the default: the one
+                in force for the model's device now). Anything else is refused, since the
+                attention would fail on it.
+            device: the parameters' device (the default); any other is refused.
         """
         param = self.embed.weight
-        device = param.device if device is None else torch.device(device)
-        if dtype is None:
-            dtype = param.dtype
-            if torch.is_autocast_enabled(device.type):
-                dtype = torch.get_autocast_dtype(device.type)
         max_len = self.config.context_length if max_len is None else max_len
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
-        if not isinstance(max_len, int) or max_len < 1:
-            raise ValueError(f"max_len: expected a positive integer, got {max_len!r}")
+        for name, value in (("batch_size", batch_size), ("max_len", max_len)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"{name}: expected a positive integer, got {value!r} ({type(value).__name__})"
+                )
+        # An empty tensor resolves "cuda" to the current device's index.
+        if device is not None and torch.empty(0, device=device).device != param.device:
+            raise ValueError(f"device: the model is on {param.device}, got {device}")
+        device = param.device
+        if dtype is None:
+            dtype = self._cache_dtype(param)
+        elif dtype not in (param.dtype, torch.get_autocast_dtype(device.type)):
+            raise ValueError(
+                f"dtype: expected the parameters' {param.dtype} or, for use under autocast, "
+                f"{torch.get_autocast_dtype(device.type)}, got {dtype}"
+            )
         layers = self.blocks.init_cache(batch_size, max_len, dtype=dtype, device=device)
         return GPTCache(layers, PaddingCache(batch_size, max_len, device=device))
 
