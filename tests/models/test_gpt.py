@@ -396,7 +396,7 @@ def test_a_bfloat16_cache_fits_the_model_under_autocast():
             r"ids: expected integer token ids .* dtype torch.float32",
         ),
         (torch.ones(1, 0, dtype=torch.long), None, ValueError, r"ids: expected at least one token"),
-        ([[1, 2]], None, TypeError, r"ids: expected a torch.Tensor, got list"),
+        ([[1, 2]], None, TypeError, r"ids: expected a torch.Tensor of token ids, got list"),
         (
             torch.ones(1, 3, dtype=torch.long),
             torch.ones(1, 4, dtype=torch.bool),

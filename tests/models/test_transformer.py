@@ -197,11 +197,14 @@ def test_batch_size_one_length_one():
 
 def test_bad_input_raises():
     model = make_model()
-    with pytest.raises(ValueError, match=r"src: expected token ids of shape \(B, S\), got \(4,\)"):
+    with pytest.raises(
+        ValueError, match=r"src: expected integer token ids of shape \(B, S\), got shape \(4,\)"
+    ):
         model.encode(torch.ones(4, dtype=torch.long))
     memory, src_mask, _ = model.encode(torch.ones(1, 4, dtype=torch.long))
     with pytest.raises(
-        ValueError, match=r"tgt: expected token ids of shape \(B, T\), got \(1, 2, 3\)"
+        ValueError,
+        match=r"tgt: expected integer token ids of shape \(B, T\), got shape \(1, 2, 3\)",
     ):
         model.decode(torch.ones(1, 2, 3, dtype=torch.long), memory, src_mask)
     with pytest.raises(ValueError, match=r"sequence length 17 .*max_len=16"):
@@ -245,7 +248,9 @@ def test_ids_must_be_integers(side, dtype):
     model = make_model()
     ids = {"src": torch.randint(1, V, (2, 6)), "tgt": torch.randint(1, V, (2, 5))}
     ids[side] = ids[side].to(dtype)
-    with pytest.raises(ValueError, match=rf"{side}: expected integer token ids, got dtype {dtype}"):
+    with pytest.raises(
+        ValueError, match=rf"{side}: expected integer token ids of shape .* dtype {dtype}"
+    ):
         model(ids["src"], ids["tgt"])
     with pytest.raises(TypeError, match=r"src: expected a torch.Tensor of token ids, got list"):
         model.encode([[1, 2]])

@@ -33,8 +33,8 @@ from attnkit.models import config_checks as checks
 from attnkit.models.bert_hf import hf_key_sources, state_from_hf
 from attnkit.models.bert_tokenizer import BertTokenizer, check_texts
 from attnkit.models.init import skip_random_init
+from attnkit.models.inputs import check_token_ids, mask_to_bool
 from attnkit.models.pooling import Pooling
-from attnkit.models.transformer import check_token_ids
 from attnkit.modules.encoder import Encoder
 from attnkit.modules.positional import LearnedPositionalEmbedding
 
@@ -247,7 +247,7 @@ class BertModel(nn.Module):
             TypeError: for an argument that is not a tensor, or a float mask.
             ValueError: naming the argument, for another shape or dtype, no token (T = 0: the
                 pooler reads [CLS] at position 0), an id outside its vocabulary
-                (:func:`~attnkit.models.transformer.check_token_ids`), or mask values other
+                (:func:`~attnkit.models.inputs.check_token_ids`), or mask values other
                 than 0 and 1.
         """
         c = self.config
@@ -262,7 +262,9 @@ class BertModel(nn.Module):
             check_token_ids("token_type_ids", token_type_ids, c.type_vocab_size, what="token type")
         mask = None
         if attention_mask is not None:
-            keep = _mask_to_bool(attention_mask, input_ids)  # (B, T), True = real token
+            keep = mask_to_bool(
+                attention_mask, input_ids, ids_name="input_ids"
+            )  # (B, T), True = real token
             # Without padding the mask changes nothing: skip it, as Hugging Face does, so the
             # fused kernel runs unmasked.
             if not bool(keep.all()):
@@ -392,22 +394,6 @@ def _check_same_shape(name: str, t: Tensor, input_ids: Tensor) -> None:
             f"{name}: expected the shape of input_ids {tuple(input_ids.shape)}, got "
             f"{tuple(t.shape)}"
         )
-
-
-def _mask_to_bool(attention_mask: Tensor, input_ids: Tensor) -> Tensor:
-    """``attention_mask`` (bool, or integers 0/1) as bool (B, T); refused as GPT refuses it
-    (a 2 or a 0.5 is not a padding flag, and casting would call it real)."""
-    _check_same_shape("attention_mask", attention_mask, input_ids)
-    if attention_mask.dtype == torch.bool:
-        return attention_mask
-    if attention_mask.is_floating_point() or attention_mask.is_complex():
-        raise TypeError(
-            "attention_mask: expected bool or 0/1 integers (1 = real token), got dtype "
-            f"{attention_mask.dtype}"
-        )
-    if bool(((attention_mask != 0) & (attention_mask != 1)).any()):
-        raise ValueError("attention_mask: expected only 0 and 1 (1 = real token)")
-    return attention_mask != 0
 
 
 # --------------------------------------------------------------------------- checkpoint files

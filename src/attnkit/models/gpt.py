@@ -43,6 +43,7 @@ from attnkit.models.config_checks import (
     check_probability,
     check_size,
 )
+from attnkit.models.inputs import check_token_ids, mask_to_bool
 from attnkit.modules.encoder import Encoder
 from attnkit.modules.feed_forward import ACTIVATIONS
 from attnkit.modules.kv_cache import KVCache, PaddingCache, positions_from_mask
@@ -422,44 +423,15 @@ class GPT(nn.Module):
         self, ids: Tensor, attention_mask: Tensor | None, cache: GPTCache | None
     ) -> Tensor | None:
         """Validate the inputs; returns the mask as bool (B, T), or None when all real."""
-        if not isinstance(ids, Tensor):
-            raise TypeError(f"ids: expected a torch.Tensor, got {type(ids).__name__}")
-        if ids.dim() != 2 or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-            raise ValueError(
-                f"ids: expected integer token ids of shape (B, T), got shape {tuple(ids.shape)} "
-                f"dtype {ids.dtype}"
-            )
+        check_token_ids("ids", ids, None)
         if ids.numel() == 0:
             raise ValueError(f"ids: expected at least one token, got shape {tuple(ids.shape)}")
-        low, high = int(ids.min()), int(ids.max())
-        if low < 0 or high >= self.config.vocab_size:
-            bad = low if low < 0 else high
-            raise ValueError(
-                f"ids: token id {bad} is outside the vocabulary [0, {self.config.vocab_size})"
-            )
+        check_token_ids("ids", ids, self.config.vocab_size)
         if cache is not None:
             self._check_cache(cache, ids.shape[0])
         if attention_mask is None:
             return None
-        if not isinstance(attention_mask, Tensor):
-            raise TypeError(
-                f"attention_mask: expected a torch.Tensor, got {type(attention_mask).__name__}"
-            )
-        if attention_mask.shape != ids.shape:
-            raise ValueError(
-                f"attention_mask: expected the shape of ids {tuple(ids.shape)}, got "
-                f"{tuple(attention_mask.shape)}"
-            )
-        if attention_mask.dtype != torch.bool:
-            if attention_mask.is_floating_point() or attention_mask.is_complex():
-                raise TypeError(
-                    "attention_mask: expected bool or 0/1 integers (True = real token), got "
-                    f"dtype {attention_mask.dtype}"
-                )
-            if bool(((attention_mask != 0) & (attention_mask != 1)).any()):
-                raise ValueError("attention_mask: expected only 0 and 1 (1 = real token)")
-            attention_mask = attention_mask != 0
-        attention_mask = attention_mask.to(ids.device)
+        attention_mask = mask_to_bool(attention_mask, ids)  # (B, T), True = real token
         # Without padding the mask changes nothing: drop it so the fused kernel runs unmasked.
         return None if bool(attention_mask.all()) else attention_mask
 

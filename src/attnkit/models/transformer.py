@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from attnkit.attention import padding_mask
 from attnkit.dropout import Dropout
 from attnkit.models import config_checks as checks
+from attnkit.models.inputs import check_token_ids
 from attnkit.modules.decoder import Decoder
 from attnkit.modules.encoder import Encoder
 from attnkit.modules.kv_cache import KVCache
@@ -94,35 +95,6 @@ class TransformerConfig:
         return cls(**d)
 
 
-def check_token_ids(
-    name: str, ids: Tensor, vocab_size: int | None, *, shape: str = "(B, T)", what: str = "token id"
-) -> None:
-    """Refuse ``ids`` that are not a 2-D integer tensor, or hold an id outside
-    ``[0, vocab_size)`` (the wording is :class:`~attnkit.models.GPT`'s).
-
-    The range is read back from the device (one sync), so it is checked once per call where
-    ids enter a model (an encode, a teacher-forcing forward), never per decoding step:
-    ``vocab_size`` None checks type and shape only.
-
-    Raises:
-        TypeError: ``ids`` is not a tensor.
-        ValueError: naming ``name``, for another shape, a float, complex or bool dtype, or an
-            id outside the vocabulary.
-    """
-    if not isinstance(ids, Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor of token ids, got {type(ids).__name__}")
-    if ids.dim() != 2:
-        raise ValueError(f"{name}: expected token ids of shape {shape}, got {tuple(ids.shape)}")
-    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-        raise ValueError(f"{name}: expected integer token ids, got dtype {ids.dtype}")
-    if vocab_size is None or ids.numel() == 0:
-        return
-    low, high = (int(v) for v in torch.aminmax(ids))
-    if low < 0 or high >= vocab_size:
-        bad = low if low < 0 else high
-        raise ValueError(f"{name}: {what} {bad} is outside the vocabulary [0, {vocab_size})")
-
-
 class Transformer(nn.Module):
     """Encoder-decoder Transformer for sequence-to-sequence tasks such as translation.
 
@@ -193,7 +165,7 @@ class Transformer(nn.Module):
 
         Raises:
             ValueError: for ``src`` not (B, S) integer ids in ``[0, src_vocab_size)``
-                (:func:`check_token_ids`), or longer than ``max_len``.
+                (:func:`~attnkit.models.inputs.check_token_ids`), or longer than ``max_len``.
         """
         check_token_ids("src", src, self.config.src_vocab_size, shape="(B, S)")
         src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, S)
