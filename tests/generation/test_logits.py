@@ -18,6 +18,7 @@ from attnkit.generation import (
     top_k_filter,
     top_p_filter,
 )
+from attnkit.generation.sampling import sample
 
 V = 97
 
@@ -154,3 +155,19 @@ def test_temperature_keeps_inf_and_nan_logits():
         assert torch.equal(torch.isposinf(scaled), torch.isposinf(x))
         assert torch.equal(torch.isnan(scaled), torch.isnan(x))
         assert torch.isneginf(scaled[2]).all()
+
+
+def test_a_tiny_repetition_penalty_gives_the_limit():
+    """logits [1, 3, -5], both positive ids seen: 1 / 1e-39 and 3 / 1e-39 overflow to +inf, and
+    a draw among the +inf ids took id 0 about 60% of the time; as the penalty goes to 0 the
+    distribution puts everything on the larger logit, id 1."""
+    logits = torch.tensor([[1.0, 3.0, -5.0], [1.0, 3.0, -5.0]])
+    seen = torch.tensor([[True, True, False], [False, False, False]])
+    out = repetition_penalty(logits, seen, 1e-39)
+    assert out[0].tolist() == [float("-inf"), 0.0, float("-inf")]
+    assert torch.equal(out[1], logits[1])  # nothing seen: untouched
+    assert sample(out[:1].expand(200, 3), torch.Generator().manual_seed(0)).eq(1).all()
+    # where nothing overflows, the plain rule (Hugging Face's), also for penalties < 1
+    torch.testing.assert_close(
+        repetition_penalty(logits, seen, 0.5), torch.tensor([[2.0, 6.0, -5.0], [1.0, 3.0, -5.0]])
+    )

@@ -264,18 +264,27 @@ def test_init_cache_defaults_and_dtype():
         ((True, 8), {}, r"batch_size: expected a positive integer, got True \(bool\)"),
         ((2, False), {}, r"max_len: expected a positive integer, got False \(bool\)"),
         ((2, 8.0), {}, r"max_len: expected a positive integer, got 8.0 \(float\)"),
-        (
-            (2, 8),
-            {"dtype": torch.float64},
-            r"dtype: expected the parameters' torch.float32 or, for use under autocast, "
-            r"torch.bfloat16, got torch.float64",
-        ),
+        ((2, 8), {"dtype": torch.long}, r"dtype: expected a floating-point torch.dtype"),
         ((2, 8), {"device": "meta"}, r"device: the model is on cpu, got meta"),
     ],
 )
 def test_init_cache_refuses_what_the_model_could_not_use(args, kwargs, message):
     with pytest.raises(ValueError, match=message):
         tiny().init_cache(*args, **kwargs)
+
+
+def test_a_cache_made_ahead_for_another_dtype_is_checked_at_the_forward():
+    """A float16 cache for use under float16 autocast is made outside the context (the default
+    autocast dtype there is bfloat16); a float32 forward with it is refused, untouched."""
+    model = tiny()
+    cache = model.init_cache(1, 4, dtype=torch.float16)
+    ids = torch.ones(1, 2, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"cache: keys and values in torch.float16, but"):
+        model(ids, cache=cache)
+    assert cache.layers[0].length == 0
+    with torch.autocast("cpu", dtype=torch.float16):
+        model(ids, cache=cache)
+    assert cache.layers[0].length == 2
 
 
 def test_cache_refusals_leave_it_as_it_was():

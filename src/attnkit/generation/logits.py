@@ -53,7 +53,19 @@ def repetition_penalty(logits: Tensor, seen: Tensor, penalty: float) -> Tensor:
     if not penalty > 0:
         raise ValueError(f"repetition_penalty: expected > 0, got {penalty!r}")
     penalized = torch.where(logits < 0, logits * penalty, logits / penalty)
-    return torch.where(seen, penalized, logits)
+    out = torch.where(seen, penalized, logits)  # (B, V)
+    if penalty >= 1:  # a division by >= 1 never overflows
+        return out
+    # A penalty so small that a seen positive logit overflows to +inf: the limit as the penalty
+    # goes to 0 puts all the probability on the largest seen positive logit(s), so such a row
+    # becomes 0 there and -inf elsewhere (ties share; greedy takes the first).
+    over = (torch.isposinf(out) & ~torch.isposinf(logits)).any(dim=-1, keepdim=True)  # (B, 1)
+    if not bool(over.any()):
+        return out
+    grown = seen & (logits > 0)  # (B, V): the logits the penalty multiplied up
+    best = torch.where(grown, logits, float("-inf")).amax(dim=-1, keepdim=True)  # (B, 1)
+    limit = torch.where(grown & (logits == best), 0.0, float("-inf")).to(out.dtype)
+    return torch.where(over, limit, out)
 
 
 def apply_temperature(logits: Tensor, temperature: float) -> Tensor:
@@ -70,6 +82,8 @@ def apply_temperature(logits: Tensor, temperature: float) -> Tensor:
     if not temperature > 0:
         raise ValueError(f"temperature: expected > 0, got {temperature!r}")
     scaled = logits / temperature
+    if temperature >= 1:  # a division by >= 1 never overflows: no check, no sync
+        return scaled
     top = scaled.amax(dim=-1, keepdim=True)  # (B, 1): NaN or +inf where a row overflowed
     if torch.isfinite(top).all():
         return scaled

@@ -229,14 +229,13 @@ class GPTCache:
             layer.reorder(index)
         self.padding.reorder(index)
 
-    def _save(self, keep: Tensor | None, t: int) -> tuple:
-        """What :meth:`_restore` needs to undo a forward of ``t`` new slots (``keep`` (B, T)
-        bool or None, as :meth:`PaddingCache.update` takes it).
+    def _save(self, t: int) -> tuple:
+        """What :meth:`_restore` needs to undo a forward of ``t`` new slots.
 
-        The lengths are enough while the forward only writes slots past them, which is every
-        case but one: several new slots that overrun a sliding window's ring after earlier ones
-        rewrite the whole ring, so that ring is copied first (chunked prefill only; never in a
-        one-token decoding step).
+        The lengths (and the padding counts) are enough while the forward only writes slots
+        past them, which is every case but one: several new slots that overrun a sliding
+        window's ring after earlier ones rewrite the whole ring, so that ring is copied first
+        (chunked prefill only; never in a one-token decoding step).
         """
         n = self.padding.length
         rings = []
@@ -244,16 +243,17 @@ class GPTCache:
             for layer in self.layers:
                 if layer.window is not None and n + t > layer.capacity:
                     rings.append((layer, layer.k.clone(), layer.v.clone()))
-        return n, self.padding.has_padding, keep, t, rings
+        # The counts too (B ints): an update interrupted between advancing them and its length
+        # would leave them ahead of a length that says nothing changed.
+        return n, self.padding.has_padding, self.padding.counts.clone(), rings
 
     def _restore(self, saved: tuple) -> None:
         """Put back the lengths (and rings) :meth:`_save` recorded: a forward that failed part
         way leaves the cache as it was before the call. Slots written past the restored length
         are never read, and each layer's next update rewrites what it hands to attention."""
-        n, has_padding, keep, t, rings = saved
+        n, has_padding, counts, rings = saved
         padding = self.padding
-        if padding.length != n:  # the padding cache had recorded the new slots
-            padding.counts -= t if keep is None else keep.sum(dim=1)
+        padding.counts.copy_(counts)
         padding.length, padding.has_padding = n, has_padding
         for layer in self.layers:
             layer.length = n
@@ -377,7 +377,7 @@ class GPT(nn.Module):
         self._check_positions(positions, keep)
         # From here on the cache changes: if anything fails (an error in a layer, a hook, an
         # interrupt), it is put back as it was, so that a retry with it is correct.
-        saved = cache._save(keep, t)
+        saved = cache._save(t)
         try:
             mask = cache.padding.update(keep, t)  # (B, 1, T_cached) or None
             return self._run(ids, positions, mask, cache, return_weights, project)
@@ -506,8 +506,8 @@ class GPT(nn.Module):
             max_len: the most slots the cache holds (default ``context_length``).
             dtype: key/value dtype: the dtype the layers compute them in, which is the
                 parameters' dtype, or under autocast the autocast dtype (the default: the one
-                in force for the model's device now). Anything else is refused, since the
-                attention would fail on it.
+                in force for the model's device now). A cache made ahead for another autocast
+                dtype is accepted here; each forward checks it against the dtype then in force.
             device: the parameters' device (the default); any other is refused.
         """
         param = self.embed.weight
@@ -523,11 +523,8 @@ class GPT(nn.Module):
         device = param.device
         if dtype is None:
             dtype = self._cache_dtype(param)
-        elif dtype not in (param.dtype, torch.get_autocast_dtype(device.type)):
-            raise ValueError(
-                f"dtype: expected the parameters' {param.dtype} or, for use under autocast, "
-                f"{torch.get_autocast_dtype(device.type)}, got {dtype}"
-            )
+        elif not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise ValueError(f"dtype: expected a floating-point torch.dtype, got {dtype!r}")
         layers = self.blocks.init_cache(batch_size, max_len, dtype=dtype, device=device)
         return GPTCache(layers, PaddingCache(batch_size, max_len, device=device))
 

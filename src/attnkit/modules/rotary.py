@@ -70,9 +70,9 @@ class RotaryAngles(NamedTuple):
         # (the same products, the sign moved: equal bit for bit), and [x2, x1] is one roll
         # where [-x2, x1] is four operators: a decoding step rotates in every layer.
         half = x.shape[-1] // 2
-        signed = self.signed_sin
-        if signed is None or signed.dtype != x.dtype:
-            signed = _signed_sin(sin)
+        signed = _signed_sin(sin) if self.signed_sin is None else self.signed_sin
+        if signed.dtype != x.dtype:  # autocast; a negation commutes with the rounding
+            signed = signed.to(x.dtype)
         return x * cos + torch.roll(x, half, dims=-1) * signed
 
 
