@@ -109,7 +109,7 @@ def causal_mask(
 
 
 def _is_count(n: object) -> bool:
-    return isinstance(n, int) and not isinstance(n, bool) and n >= 0
+    return isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 0  # numpy too
 
 
 def _check_window(window: int | None) -> None:

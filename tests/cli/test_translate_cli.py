@@ -236,6 +236,25 @@ def test_bad_output_paths_fail_before_loading(
     assert capsys.readouterr().err == f"attnkit translate: error: {message.format(p=tmp_path)}\n"
 
 
+@pytest.mark.parametrize("name", ["tokenizer.json", "config.json", "new.txt"])
+def test_the_output_is_never_inside_the_model_folder(
+    model_dir, monkeypatch, tmp_path, capsys, name
+):
+    """The model's files are inputs too: -o MODEL/tokenizer.json replaced the tokenizer."""
+    model = tmp_path / "model"
+    model.mkdir()
+    for item in model_dir.iterdir():
+        (model / item.name).write_bytes(item.read_bytes())
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    _stdin(monkeypatch, b"Ein Hund.\n")
+    assert main(["translate", "--model", str(model), "-o", str(model / name), *FAST]) == 2
+    assert capsys.readouterr().err == (
+        f"attnkit translate: error: --output: {str(model / name)!r} is inside the model folder "
+        f"{str(model)!r}; writing there would change the model: choose another place\n"
+    )
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before
+
+
 def test_the_input_file_is_never_the_output(model_dir, monkeypatch, tmp_path, capsys):
     """Before: the German source was replaced by its translation, exit 0."""
     source = tmp_path / "x.de"

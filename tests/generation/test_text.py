@@ -138,3 +138,9 @@ def test_a_stream_runs_in_eval_mode_until_it_ends_or_is_closed(gpt):
         assert gpt.training
     finally:
         gpt.eval()
+
+
+def test_a_prompt_with_a_lone_surrogate_is_named(gpt):
+    """Before: tokenizers' "TextInputSequence must be str", naming no prompt."""
+    with pytest.raises(ValueError, match=r"^prompts\[1\]: not valid UTF-8 text \(a lone"):
+        generate_text(gpt, None, ["ok", "a \udc80"], GenerationConfig(max_new_tokens=2))

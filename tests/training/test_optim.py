@@ -101,10 +101,15 @@ def test_a_resume_state_round_trips_and_a_one_group_state_is_refused():
         build_optimizer(model, cfg).load_state_dict(old.state_dict())
 
 
-def test_threads_are_bounded_by_the_cpus_this_process_may_use():
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    assert usable_cpus() == cpus
+def test_threads_are_bounded_by_the_cpus_this_process_may_use(monkeypatch):
+    """The bound is the affinity (a container or taskset may allow fewer CPUs than the
+    machine has), simulated here as 3 of 64."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 5, 9}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert usable_cpus() == 3
     check_threads(0)  # automatic
-    check_threads(cpus)
-    with pytest.raises(ValueError, match=rf"^optim.threads={cpus + 1}: expected 0 .* to {cpus}"):
-        check_threads(cpus + 1)
+    check_threads(3)
+    with pytest.raises(ValueError, match=r"^optim.threads=4: expected 0 .* to 3, the CPUs"):
+        check_threads(4)
+    monkeypatch.delattr(os, "sched_getaffinity")  # no affinity on this system: the count
+    assert usable_cpus() == 64

@@ -39,7 +39,7 @@ from attnkit.decoding.config import DecodingConfig
 from attnkit.decoding.generate import check_special_ids, generate, max_lengths
 from attnkit.decoding.memory_bound import available_memory, decoding_memory
 from attnkit.generation.packed import packed_linears
-from attnkit.models.bert_tokenizer import check_texts
+from attnkit.texts import check_texts
 
 logger = logging.getLogger(__name__)
 
@@ -469,7 +469,7 @@ class Translator:
         Raises:
             TypeError: for a single str, a mapping, or an item that is not a str.
             ValueError: for a line that is not valid UTF-8 text (a lone surrogate), naming
-                its index (:func:`~attnkit.models.bert_tokenizer.check_texts`).
+                its index (:func:`~attnkit.texts.check_texts`).
         """
         lines = check_texts(lines, "lines", item="line")
         clean = [normalize_source(line) for line in lines]

@@ -18,6 +18,7 @@ from attnkit.generation.config import GenerationConfig, resolve_config
 from attnkit.generation.generate import Step, generate_steps
 from attnkit.generation.stopping import StopStrings
 from attnkit.generation.streaming import IncrementalDetokenizer
+from attnkit.texts import check_texts
 
 __all__ = ["GeneratedText", "encode_prompts", "generate_text", "stream_text"]
 
@@ -72,13 +73,10 @@ class _RowText:
 
 def encode_prompts(model, tokenizer, prompts: Sequence[str]) -> list[list[int]]:
     """Encode each prompt; an empty prompt becomes the model's bos (GPT-2: ``<|endoftext|>``)."""
-    if isinstance(prompts, str):
-        raise TypeError(f"prompts: expected a sequence of strings, got the string {prompts!r:.80}")
+    prompts = check_texts(prompts, "prompts", item="prompt")
     bos = getattr(model.config, "bos_token_id", None)
     encoded = []
     for i, prompt in enumerate(prompts):
-        if not isinstance(prompt, str):
-            raise TypeError(f"prompts[{i}]: expected a string, got {type(prompt).__name__}")
         ids = tokenizer.encode(prompt)
         if not ids:
             if bos is None:

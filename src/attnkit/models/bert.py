@@ -31,12 +31,13 @@ from torch import Tensor, nn
 from attnkit import model_folder
 from attnkit.models import config_checks as checks
 from attnkit.models.bert_hf import hf_key_sources, state_from_hf
-from attnkit.models.bert_tokenizer import BertTokenizer, check_texts
+from attnkit.models.bert_tokenizer import BertTokenizer
 from attnkit.models.init import skip_random_init
 from attnkit.models.inputs import check_token_ids, mask_to_bool
 from attnkit.models.pooling import Pooling
 from attnkit.modules.encoder import Encoder
 from attnkit.modules.positional import LearnedPositionalEmbedding
+from attnkit.texts import check_texts
 
 __all__ = ["BertConfig", "BertModel", "BertOutput", "default_model_dir", "hf_key_sources"]
 # hf_key_sources is defined in attnkit.models.bert_hf and re-exported here.
@@ -300,7 +301,7 @@ class BertModel(nn.Module):
 
         Raises:
             TypeError: for ``texts`` that is a mapping or not iterable, or an item that is not
-                a str, naming its index (:func:`~attnkit.models.bert_tokenizer.check_texts`).
+                a str, naming its index (:func:`~attnkit.texts.check_texts`).
             ValueError: for an item that is not valid UTF-8 text (a lone surrogate), a
                 ``batch_size`` that is not an integer >= 1, or a model without a tokenizer.
         """

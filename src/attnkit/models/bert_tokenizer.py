@@ -10,56 +10,16 @@ batching: padding to the longest text of the batch, attention masks, and truncat
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
+from attnkit.texts import check_texts
+
 logger = logging.getLogger(__name__)
-
-
-def check_texts(texts: Iterable[str], name: str, *, item: str = "text") -> list[str]:
-    """``texts`` as a list (an iterator is read once), each item a str that a
-    `tokenizers.Tokenizer` can encode; every tokenizer here is one (WordPiece, attnkit's
-    subwords), so :class:`~attnkit.decoding.Translator` checks its lines here too.
-
-    A str holding a lone surrogate (U+D800-U+DFFF) is not text: it is how undecodable bytes
-    arrive (read with ``errors="surrogateescape"``, as Python reads ``argv``), and it has no
-    UTF-8 encoding, which `tokenizers` refuses with a TypeError naming no text.
-
-    Args:
-        texts: the texts.
-        name: the argument, for the errors (``name[i]`` for an item).
-        item: what one text is, for the errors ("line").
-
-    Raises:
-        TypeError: for a single str, a mapping (its keys would be encoded), something not
-            iterable, or an item that is not a str.
-        ValueError: for an item with a lone surrogate, naming its index and position.
-    """
-    if isinstance(texts, str):
-        raise TypeError(f"{name}: expected an iterable of strings (one per {item}), got a str")
-    if isinstance(texts, Mapping) or not isinstance(texts, Iterable):
-        raise TypeError(
-            f"{name}: expected an iterable of strings (one per {item}), got {type(texts).__name__}"
-        )
-    texts = list(texts)
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise TypeError(f"{name}[{i}]: expected a str, got {type(text).__name__}")
-        if text.isascii():  # the common case, without an encoded copy
-            continue
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as err:
-            raise ValueError(
-                f"{name}[{i}]: not valid UTF-8 text (a lone surrogate "
-                f"U+{ord(text[err.start]):04X} at character {err.start + 1}, how undecodable "
-                "bytes arrive in a str)"
-            ) from None
-    return texts
 
 
 class BertTokenizer:

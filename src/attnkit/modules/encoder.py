@@ -8,6 +8,8 @@ window) are options of these same layers.
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import Tensor, nn
 
@@ -149,7 +151,7 @@ class Encoder(nn.Module):
             ("num_layers", num_layers),
             ("full_attention_layers", full_attention_layers),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
                 raise ValueError(f"{name}: expected an integer >= 0, got {value!r}")
         if full_attention_layers and window is None:
             raise ValueError(

@@ -4,6 +4,8 @@ and where each row is (:class:`PaddingCache`)."""
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import Tensor
 
@@ -62,7 +64,11 @@ class KVCache:
         sizes = dict(batch_size=batch_size, num_heads=num_heads, max_len=max_len, head_dim=head_dim)
         for name, value in sizes.items():
             smallest = 0 if name == "batch_size" else 1
-            if isinstance(value, bool) or not isinstance(value, int) or value < smallest:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, numbers.Integral)
+                or value < smallest
+            ):
                 raise ValueError(f"KVCache: {name} must be an integer >= {smallest}, got {value!r}")
         if window is not None and (
             isinstance(window, bool) or not isinstance(window, int) or window < 1

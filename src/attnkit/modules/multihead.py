@@ -5,6 +5,8 @@ window)."""
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -62,7 +64,7 @@ class MultiHeadAttention(nn.Module):
     ) -> None:
         super().__init__()
         for name, value in (("d_model", d_model), ("num_heads", num_heads)):
-            if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise ValueError(f"{name}: expected a positive integer, got {value!r}")
         if d_model <= 0 or num_heads <= 0 or d_model % num_heads != 0:
             raise ValueError(
@@ -70,13 +72,13 @@ class MultiHeadAttention(nn.Module):
                 f"num_heads={num_heads}"
             )
         if kv_dim is not None and (
-            isinstance(kv_dim, bool) or not isinstance(kv_dim, int) or kv_dim < 1
+            isinstance(kv_dim, bool) or not isinstance(kv_dim, numbers.Integral) or kv_dim < 1
         ):
             raise ValueError(f"kv_dim: expected a positive integer or None, got {kv_dim!r}")
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         if (
             isinstance(num_kv_heads, bool)
-            or not isinstance(num_kv_heads, int)
+            or not isinstance(num_kv_heads, numbers.Integral)
             or not 1 <= num_kv_heads <= num_heads
             or num_heads % num_kv_heads
         ):

@@ -4,6 +4,7 @@ embeddings (seed 002, BERT)."""
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 from torch import Tensor, nn
@@ -15,7 +16,7 @@ def _check_input(x: Tensor, offset: int, max_len: int, d_model: int) -> None:
     if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
         shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"x: expected shape (B, T, {d_model}), got {shape}")
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+    if isinstance(offset, bool) or not isinstance(offset, numbers.Integral) or offset < 0:
         raise ValueError(f"offset: expected an integer >= 0 (the first position), got {offset!r}")
     length = x.shape[1]
     if offset + length > max_len:

@@ -8,6 +8,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from attnkit.texts import check_text
+
 __all__ = [
     "AttentionKind",
     "AttentionRequest",
@@ -28,16 +30,9 @@ class _Request(BaseModel):
 
 
 def _utf8(text: str) -> str:
-    """JSON's ``\\udc80`` escapes decode to lone surrogates, which no UTF-8 text holds (and the
-    tokenizers refuse with an internal error): a 422 naming the character instead."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise ValueError(
-            f"not valid UTF-8 text: a lone surrogate U+{ord(text[err.start]):04X} at character "
-            f"{err.start}"
-        ) from None
-    return text
+    """JSON's ``\\udc80`` escapes decode to lone surrogates, which no UTF-8 text holds: a 422
+    naming the character (:func:`~attnkit.texts.check_text`)."""
+    return check_text(text)  # pydantic names the field
 
 
 Text = Annotated[str, AfterValidator(_utf8)]

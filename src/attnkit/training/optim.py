@@ -86,8 +86,9 @@ def check_threads(threads: int) -> None:
     cpus = usable_cpus()
     if threads > cpus:
         raise ValueError(
-            f"optim.threads={threads}: expected 0 (one per physical core) to {cpus}, the CPUs "
-            "this process may use"
+            f"optim.threads={threads}: expected 0 (the default: the physical cores, shared among "
+            f"this machine's processes) to {cpus}, the CPUs this process may use (a run made "
+            "elsewhere resumes here with --set optim.threads=0)"
         )
 
 

@@ -104,16 +104,27 @@ class RunFolder:
                 before its first checkpoint, or another process holds its lock.
         """
         self._refuse_unless_empty()
-        made = _missing_folders(self.path)
-        held = frozenset(p.name for p in self.path.iterdir()) if self.path.is_dir() else None
+        made = []  # the folders this call creates: only those discard_new may remove
+        for folder in _missing_folders(self.path):
+            try:
+                folder.mkdir()
+            except FileExistsError:  # another process made it meanwhile: not ours
+                continue
+            made.append(folder)
         self.path.mkdir(parents=True, exist_ok=True)
+        had_lock_file = (self.path / LOCK_FILE).exists()
         self.lock()
         try:
             self._refuse_unless_empty()  # a second writer may have come between the checks
         except RunFolderError:
             self.unlock()
             raise
-        self._made, self._held = made, held or frozenset()
+        # What the folder holds once it is ours (a run that stopped early may have left files):
+        # discard_new keeps all of it.
+        held = {p.name for p in self.path.iterdir()}
+        if not had_lock_file:
+            held.discard(LOCK_FILE)
+        self._made, self._held = made, frozenset(held)
 
     def discard_new(self) -> None:
         """Takes back what :meth:`open_new` and the run's setup made, for a new run that

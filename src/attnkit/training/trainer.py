@@ -183,14 +183,14 @@ class Trainer:
         resume_from = None
         with raise_together(info):
             self.task.check_data(self.config)
-        with raise_together(info):
-            if info.is_main:
-                if self.resume:
-                    resume_from = self.folder.open_for_resume()
-                else:
-                    self.folder.open_new()
-        resume_from = broadcast_object(resume_from, info)
         try:
+            with raise_together(info):
+                if info.is_main:
+                    if self.resume:
+                        resume_from = self.folder.open_for_resume()
+                    else:
+                        self.folder.open_new()
+            resume_from = broadcast_object(resume_from, info)
             if resume_from is not None:
                 with raise_together(info):
                     saved = ckpt.read_train_config(resume_from)

@@ -230,12 +230,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_decoding_arguments(parser)
 
 
+def _refuse_output_in_the_model(output: str, model: str | None) -> None:
+    """The model's files are inputs too: an output inside its folder (its tokenizer.json, a
+    new file beside its weights) would change the model."""
+    import os
+    from pathlib import Path
+
+    from attnkit.decoding.loading import resolve_model_dir
+
+    folder = Path(os.path.realpath(resolve_model_dir(model)))
+    if folder in Path(os.path.realpath(output)).parents:
+        raise ValueError(
+            f"--output: {output!r} is inside the model folder {str(folder)!r}; writing there "
+            "would change the model: choose another place"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from attnkit.metrics.io import read_lines
 
     check_input_path(args.input, "--input")
     if args.output != "-":
         check_output_path(args.output, "--output", inputs=[(args.input, "--input")])
+        _refuse_output_in_the_model(args.output, args.model)
     lines = read_lines(args.input)
     with build_translator(args) as translator:  # stops its worker processes when done
         result = translator.translate(lines)

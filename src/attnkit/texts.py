@@ -1,0 +1,62 @@
+"""Text given to the models, checked once for every entry point: a list of str, each one valid
+UTF-8 (a lone surrogate, how undecodable bytes arrive in a str, is refused by name; the
+`tokenizers` library would raise a TypeError naming no text).
+
+:class:`~attnkit.decoding.Translator`, :class:`~attnkit.models.BertModel`, the text API of
+:mod:`attnkit.generation` and the HTTP server's request bodies check their texts here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+__all__ = ["check_text", "check_texts"]
+
+
+def check_texts(texts: Iterable[str], name: str, *, item: str = "text") -> list[str]:
+    """``texts`` as a list (an iterator is read once), each item a str that a
+    `tokenizers.Tokenizer` can encode; every tokenizer here is one (BERT's WordPiece, attnkit's
+    subwords, GPT-2's byte-level BPE).
+
+    A str holding a lone surrogate (U+D800-U+DFFF) is not text: it is how undecodable bytes
+    arrive (read with ``errors="surrogateescape"``, as Python reads ``argv``), and it has no
+    UTF-8 encoding, which `tokenizers` refuses with a TypeError naming no text.
+
+    Args:
+        texts: the texts.
+        name: the argument, for the errors (``name[i]`` for an item).
+        item: what one text is, for the errors ("line").
+
+    Raises:
+        TypeError: for a single str, a mapping (its keys would be encoded), something not
+            iterable, or an item that is not a str.
+        ValueError: for an item with a lone surrogate, naming its index and position.
+    """
+    if isinstance(texts, str):
+        raise TypeError(f"{name}: expected an iterable of strings (one per {item}), got a str")
+    if isinstance(texts, Mapping) or not isinstance(texts, Iterable):
+        raise TypeError(
+            f"{name}: expected an iterable of strings (one per {item}), got {type(texts).__name__}"
+        )
+    texts = list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"{name}[{i}]: expected a str, got {type(text).__name__}")
+        check_text(text, f"{name}[{i}]")
+    return texts
+
+
+def check_text(text: str, name: str | None = None) -> str:
+    """``text`` itself, unless it holds a lone surrogate (U+D800-U+DFFF): a ValueError naming
+    ``name`` (when given) and the character's position (1-based)."""
+    if text.isascii():  # the common case, without an encoded copy
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"{f'{name}: ' if name else ''}not valid UTF-8 text (a lone surrogate "
+            f"U+{ord(text[err.start]):04X} at character {err.start + 1}, how undecodable bytes "
+            "arrive in a str)"
+        ) from None
+    return text
