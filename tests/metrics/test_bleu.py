@@ -381,6 +381,8 @@ def test_bad_settings_raise():
             corpus_bleu(["a b c d"], [["a b c d"]], n_bootstrap=10, seed=seed)
     with pytest.raises(TypeError, match="single str"):
         sentence_bleu("a b", "a b")
+    with pytest.raises(TypeError, match="references must be a sequence of reference strings, got"):
+        sentence_bleu("a b", None)  # before: "'NoneType' object is not iterable"
 
 
 @pytest.mark.parametrize(

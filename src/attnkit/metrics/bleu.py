@@ -378,6 +378,10 @@ def sentence_bleu(
         raise TypeError(
             "references must be a sequence of reference strings, got a single str; wrap it: [ref]"
         )
+    if not isinstance(references, Sequence):  # None, a number: "not iterable" named nothing
+        raise TypeError(
+            f"references must be a sequence of reference strings, got {type(references).__name__}"
+        )
     return corpus_bleu(
         [hypothesis],
         [[ref] for ref in references],
