@@ -155,6 +155,23 @@ def test_reordered_caches_follow_the_selected_rows():
     torch.testing.assert_close(torch.cat(steps, 1), full[:, 2:], **TOL)
 
 
+def test_a_cached_step_at_the_wrong_offset_is_refused():
+    """Before: an empty cache with offset=3 gave position 3's encoding to what the cache takes
+    as position 0 (or, offset=-1, torch's broadcast error)."""
+    model = make_model()
+    src, tgt, _, _ = padded_batch()
+    with torch.no_grad():
+        memory, src_mask, _ = model.encode(src)
+        caches = model.init_cache(3, 5, memory)
+        for offset in (3, -1):
+            with pytest.raises(ValueError, match=rf"offset={offset}: the cache holds 0 target"):
+                model.decode(tgt[:, :1], memory, src_mask, caches=caches, offset=offset)
+        assert caches[0][0].length == 0  # refused before anything was written
+        model.decode(tgt[:, :1], memory, src_mask, caches=caches, offset=0)
+        with pytest.raises(ValueError, match=r"new ones start at offset=1"):
+            model.decode(tgt[:, 1:2], memory, src_mask, caches=caches, offset=0)
+
+
 def test_padded_batch_equals_each_sentence_alone():
     model = make_model()
     src, tgt, src_lengths, tgt_lengths = padded_batch()

@@ -213,6 +213,11 @@ class Transformer(nn.Module):
         step with ids the search chose (:meth:`forward` checks a caller's).
         """
         check_token_ids("tgt", tgt, None)
+        if caches and caches[0][0].length != offset:  # the positions would not be the cache's
+            raise ValueError(
+                f"offset={offset}: the cache holds {caches[0][0].length} target positions, so "
+                f"the new ones start at offset={caches[0][0].length}"
+            )
         x = self._embed(self.tgt_embed, tgt, offset)
         packing = None
         if skip_padding and caches is None and not return_weights:
