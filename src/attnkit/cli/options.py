@@ -17,6 +17,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from attnkit.cpus import usable_cpus
 from attnkit.files import unwritable_kind, write_file, write_text
 
 __all__ = [
@@ -98,8 +99,7 @@ def _range(what: str, low, high) -> str:
 
 def threads(text: str) -> int:
     """An argparse ``type`` for ``--threads``: 1 to the number of CPUs this process may use."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return integer(1, cpus or 1, what="a thread count")(text)
+    return integer(1, usable_cpus(), what="a thread count")(text)
 
 
 def resolve_device(name: str | None):

@@ -423,10 +423,9 @@ class GPT(nn.Module):
         self, ids: Tensor, attention_mask: Tensor | None, cache: GPTCache | None
     ) -> Tensor | None:
         """Validate the inputs; returns the mask as bool (B, T), or None when all real."""
-        check_token_ids("ids", ids, None)
+        check_token_ids("ids", ids, self.config.vocab_size)
         if ids.numel() == 0:
             raise ValueError(f"ids: expected at least one token, got shape {tuple(ids.shape)}")
-        check_token_ids("ids", ids, self.config.vocab_size)
         if cache is not None:
             self._check_cache(cache, ids.shape[0])
         if attention_mask is None:

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
+from attnkit.cpus import usable_cpus
 from attnkit.training.config import OptimConfig
 from attnkit.training.distributed import DistInfo
 from attnkit.training.schedule import inverse_sqrt_scheduler
@@ -70,14 +71,6 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, d_model:
         scale=cfg.lr_scale,
         cooldown=cfg.cooldown,
     )
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on: its affinity (a container or taskset may allow fewer
-    than the machine has), else the machine's count."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def check_threads(threads: int) -> None:
