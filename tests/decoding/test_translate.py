@@ -11,7 +11,7 @@ import torch
 
 from attnkit.data import SubwordTokenizer, load_named_corpus
 from attnkit.decoding import DecodingConfig, Translator, normalize_source, token_batches
-from attnkit.decoding.translate import PARALLEL, can_fork, length_shares
+from attnkit.decoding.translate import PARALLEL, can_fork, decode_cost, length_shares
 from attnkit.models import Transformer
 from tests.helpers.decoding import tiny_config
 
@@ -61,6 +61,19 @@ def test_length_shares_of_a_real_length_profile_are_balanced():
     half = sum(lengths) / 2
     assert abs(sum(lengths[i] for i in first) - half) <= max(lengths)
     assert len(first) > len(second)  # the short run holds more sentences
+
+
+def test_shares_by_decode_cost_give_the_long_run_fewer_tokens():
+    """Split by decode_cost (length ** 1.3), the run of long sentences holds fewer tokens
+    than the short run (it takes longer per token), and the costs are about equal."""
+    lengths = sorted((7 * i) % 23 + 3 for i in range(250))
+    costs = [decode_cost(n) for n in lengths]
+    assert costs[0] == pytest.approx(3**1.3)
+    first, second = length_shares(costs, 2)
+    tokens = [sum(lengths[i] for i in run) for run in (first, second)]
+    assert tokens[1] < tokens[0] - max(lengths)  # beyond the rounding of one sentence
+    cost = [sum(costs[i] for i in run) for run in (first, second)]
+    assert abs(cost[0] - cost[1]) <= decode_cost(max(lengths))
 
 
 @pytest.fixture(scope="module")

@@ -104,9 +104,24 @@ def token_batches(lengths: Sequence[int], batch_tokens: int) -> Iterator[list[in
         yield batch
 
 
-def length_shares(lengths: Sequence[int], parts: int) -> list[range]:
-    """Cut ``lengths``, sorted shortest first, into at most ``parts`` consecutive runs that
-    hold about equal shares of the tokens (none empty, unless ``lengths`` is).
+# A sentence's share of a worker's decoding time grows faster than its length: a long sentence's
+# steps attend to more positions, and a batch of long sentences runs more steps, each with the
+# same fixed cost per operator. Shares cut by length ** 1.3 took the two workers the same time
+# within 3% on test2016 (the shipped model, beam 5), where shares of equal tokens left the
+# worker with the long sentences 13% longer; 4% more sentences/s for the call (1.2: 414, 1.4:
+# 394 sentences/s; docs/benchmarks.md, "Run 13").
+DECODE_COST_EXPONENT = 1.3
+
+
+def decode_cost(length: int) -> float:
+    """The relative decoding time of a sentence of ``length`` source tokens
+    (:data:`DECODE_COST_EXPONENT`), by which :func:`length_shares` splits a call."""
+    return length**DECODE_COST_EXPONENT
+
+
+def length_shares(costs: Sequence[float], parts: int) -> list[range]:
+    """Cut ``costs``, the costs of sentences sorted shortest first (:func:`decode_cost`), into
+    at most ``parts`` consecutive runs of about equal cost (none empty, unless ``costs`` is).
 
     A worker given a run of similar lengths decodes them in one batch whose sentences finish
     at about the same step. Dealt in turn (every worker sees every length) each batch ends
@@ -115,11 +130,11 @@ def length_shares(lengths: Sequence[int], parts: int) -> list[range]:
     same translations (docs/benchmarks.md, "Run 10").
 
     Returns:
-        ``parts`` (fewer when there are fewer lengths) ranges of indices into ``lengths``.
+        ``parts`` (fewer when there are fewer sentences) ranges of indices into ``costs``.
     """
-    n = len(lengths)
+    n = len(costs)
     parts = max(1, min(parts, n))
-    prefix = list(itertools.accumulate(lengths, initial=0))  # prefix[i]: tokens before i
+    prefix = list(itertools.accumulate(costs, initial=0))  # prefix[i]: the cost before i
     cuts = [0]
     for j in range(1, parts):
         target = prefix[-1] * j / parts
@@ -204,9 +219,9 @@ class Translator:
             process-wide count is lowered for the duration of :meth:`translate` and restored
             afterwards). ``"processes"`` (Linux; elsewhere threads): ``workers`` processes
             forked at the first call, one operator thread each, each given a run of every
-            call's sentences by length with an equal share of the tokens
-            (:func:`length_shares`); they share the model's memory with this process, receive
-            source ids and send back output ids. They are kept for the next calls (with
+            call's sentences by length with an equal share of the decoding time
+            (:func:`length_shares`, :func:`decode_cost`); they share the model's memory
+            with this process, receive source ids and send back output ids. They are kept for the next calls (with
             the oneDNN kernels they made for the shapes they met) while the model's weights are
             unchanged, keyed on storage and version counter as the packed weights of
             :mod:`attnkit.generation.packed` are (writes that do not bump the counter, as a
@@ -386,7 +401,7 @@ class Translator:
         (:func:`length_shares`), each translating its share one batch at a time on one
         operator thread."""
         order = sorted(range(len(sources)), key=lambda i: (len(sources[i]), i))
-        runs = length_shares([len(sources[i]) for i in order], self.workers)
+        runs = length_shares([decode_cost(len(sources[i])) for i in order], self.workers)
         parts = [[order[j] for j in run] for run in runs]
         shares = [[sources[i] for i in part] for part in parts]
         if self._pool_pid != os.getpid():  # this Translator was forked: the pool is not ours
