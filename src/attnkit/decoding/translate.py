@@ -106,10 +106,11 @@ def token_batches(lengths: Sequence[int], batch_tokens: int) -> Iterator[list[in
 
 # A sentence's share of a worker's decoding time grows faster than its length: a long sentence's
 # steps attend to more positions, and a batch of long sentences runs more steps, each with the
-# same fixed cost per operator. Shares cut by length ** 1.3 took the two workers the same time
-# within 3% on test2016 (the shipped model, beam 5), where shares of equal tokens left the
-# worker with the long sentences 13% longer; 4% more sentences/s for the call (1.2: 414, 1.4:
-# 394 sentences/s; docs/benchmarks.md, "Run 13").
+# same fixed cost per operator. On test2016 (the shipped model, beam 5, two workers), shares of
+# equal tokens left the worker with the long sentences 9-13% longer than the other; shares
+# cut by length ** 1.3 ended within 1-5% of each other, and the calls made 1.04x the
+# sentences/s in two runs of benchmarks/decode_shares.py (medians of the per-round ratios;
+# 0.98x in a third, 5-round run; 1.2 gave 1.04x too; docs/benchmarks.md, "Run 13").
 DECODE_COST_EXPONENT = 1.3
 
 
