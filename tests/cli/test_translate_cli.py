@@ -560,3 +560,65 @@ def test_the_cli_knows_every_search_setting_and_kind_of_worker():
         defaults[dest] is None for dest in command.SEARCH_DESTS.values()
     )  # None: the model's
     assert defaults["parallel"] == command.PARALLEL[0] == "processes"
+
+
+class _Terminal(io.StringIO):
+    """Standard error as a terminal (tqdm shows its bar only there)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_long_inputs_go_in_parts_with_a_bar_on_a_terminal(
+    model_dir, expected, monkeypatch, capsys, terminal
+):
+    """More than PART_LINES lines: translated PART_LINES at a time, the same translations in
+    the same order, truncated lines counted by their line in the whole input, and a progress
+    bar on standard error only when it is a terminal (not with --no-progress)."""
+    from attnkit.cli.commands import translate as command
+
+    monkeypatch.setattr(command, "PART_LINES", 2)
+    long_line = " ".join(["Ein sehr langer Satz über einen Hund."] * 40)
+    lines = [*LINES, long_line]  # 5 lines: parts of 2, 2 and 1; the long one is line 5
+    calls = []
+    real = Translator.translate
+    monkeypatch.setattr(
+        Translator, "translate", lambda self, part: calls.append(len(part)) or real(self, part)
+    )
+    err = _Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    for extra in ([], ["--no-progress"]):
+        calls.clear()
+        err.seek(0), err.truncate()
+        _stdin(monkeypatch, ("\n".join(lines) + "\n").encode())
+        assert main(["translate", "--model", str(model_dir), *FAST, *extra]) == 0
+        out = capsys.readouterr().out.split("\n")[:-1]
+        assert out[:4] == expected and len(out) == 5
+        assert calls == [2, 2, 1]
+        log = err.getvalue()
+        assert "warning: 1 line(s) longer than 23 source tokens were truncated (line 5)" in log
+        shows_bar = "translating" in log and "5/5" in log
+        assert shows_bar == (terminal and not extra), log
+
+
+def test_evaluate_goes_in_parts_with_the_same_bleu(model_dir, expected, monkeypatch, tmp_path):
+    from attnkit.cli.commands import translate as command
+
+    src, ref = tmp_path / "src.de", tmp_path / "ref.en"
+    src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    ref.write_text("\n".join(["A dog runs.", "", "Two men.", "A woman."]) + "\n")
+    args = ["evaluate", "--model", str(model_dir), "--src", str(src), "--ref", str(ref), *FAST]
+    calls, reports = [], []
+    real = Translator.translate
+    monkeypatch.setattr(
+        Translator, "translate", lambda self, part: calls.append(len(part)) or real(self, part)
+    )
+    for part_lines in (2000, 3):
+        monkeypatch.setattr(command, "PART_LINES", part_lines)
+        out = io.StringIO()
+        monkeypatch.setattr(sys, "stdout", out)
+        assert main([*args, "--json"]) == 0
+        reports.append(json.loads(out.getvalue()))
+    assert calls == [4, 3, 1]
+    assert reports[0]["bleu"] == reports[1]["bleu"] and reports[1]["sentences"] == 4

@@ -11,8 +11,10 @@ from attnkit.cli.commands.translate import (
     SEARCH_DESTS,
     SEARCH_FLAGS,
     add_decoding_arguments,
+    add_progress_argument,
     build_translator,
     compute_dtype,
+    translate_lines,
     warn_truncated,
 )
 from attnkit.cli.options import STDIN, check_input_path
@@ -29,7 +31,9 @@ model is used; without --src/--ref, Multi30k test2016 German -> English.
 lines; either (not both) may be - for standard input. Source lines are normalised as
 `attnkit translate` does (byte-order mark dropped, control characters and runs of white space
 become one space, ends stripped; an empty line gives an empty translation); references are
-scored as they are. An empty file is an error.
+scored as they are. An empty file is an error. More than 2,000 source lines are translated
+2,000 at a time, with a progress bar on standard error when it is a terminal (--no-progress:
+none).
 
 --json prints one object: {"bleu": ..., "signature": ..., "sentences_per_sec": ...,
 "sentences": ..., "seconds": ..., "test_set": ..., "model": ..., "beam": ..., "lenpen": ...}
@@ -74,6 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_decoding_arguments(parser)
+    add_progress_argument(parser)
 
 
 def _test_set(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
@@ -178,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
         if translator.device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
-        result = translator.translate(src)
+        result = translate_lines(translator, src, progress=not args.no_progress)
         if translator.device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start

@@ -19,6 +19,10 @@ from attnkit.cli.options import (
 # not imported, as SEARCH_DESTS below).
 PARALLEL = ("processes", "threads")
 MAX_LENPEN = 10.0  # attnkit.decoding.config.MAX_LENPEN (not imported either)
+# Lines per Translator call when there are more: one step of the progress bar. Calls of 2,000
+# lines kept the speed of one call (8,000 Multi30k train lines: 467 and 423 sentences/s
+# against 459 and 437, two passes); 1,000 was a few percent slower.
+PART_LINES = 2000
 
 NAME = "translate"
 HELP = "translate sentences (one a line) with a translation model"
@@ -42,7 +46,8 @@ model's length penalty 1.4 was chosen on the validation set), else beam 5, lengt
 --beam goes up to 1024 and is also refused, with the memory it would need, when one
 sentence's search cannot fit in memory. A line longer than the model allows is cut to fit;
 a warning on standard error counts such lines. --output is written whole or not at all (a
-full disk leaves the old file as it was).
+full disk leaves the old file as it was). More than 2,000 lines are translated 2,000 at a
+time, with a progress bar on standard error when it is a terminal (--no-progress: none).
 
 examples:
   echo "Ein Hund rennt über eine Wiese." | attnkit translate
@@ -206,6 +211,46 @@ def build_translator(args: argparse.Namespace):
     )  # fmt: skip
 
 
+def translate_lines(translator, lines: list[str], *, progress: bool = True):
+    """``translator.translate(lines)``, :data:`PART_LINES` lines a call when there are more,
+    with a tqdm bar (lines) on standard error, shown only when standard error is a terminal
+    and ``progress`` is on. The parts do not depend on the bar: the same input gives the same
+    output with it or without.
+
+    Returns:
+        One :class:`~attnkit.decoding.TranslationOutput` for all the lines (``truncated``
+        indices into ``lines``).
+    """
+    if len(lines) <= PART_LINES:
+        return translator.translate(lines)
+    from tqdm import tqdm
+
+    from attnkit.decoding import TranslationOutput
+
+    translations: list[str] = []
+    truncated: list[int] = []
+    limit = 0
+    bar = tqdm(
+        total=len(lines), unit="line", desc="translating", file=sys.stderr,
+        disable=None if progress else True, dynamic_ncols=True,
+    )  # fmt: skip
+    with bar:
+        for start in range(0, len(lines), PART_LINES):
+            part = translator.translate(lines[start : start + PART_LINES])
+            translations += part.translations
+            truncated += [start + i for i in part.truncated]
+            limit = part.max_src_tokens
+            bar.update(len(part.translations))
+    return TranslationOutput(translations, truncated, limit)
+
+
+def add_progress_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-progress", action="store_true",
+        help="no progress bar for inputs of more than 2,000 lines (shown on a terminal only)",
+    )  # fmt: skip
+
+
 def warn_truncated(result, command: str) -> None:
     """One warning on standard error counting the inputs cut to the model's length."""
     if result.truncated:
@@ -228,6 +273,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="write this file instead of standard output; - = standard output",
     )  # fmt: skip
     add_decoding_arguments(parser)
+    add_progress_argument(parser)
 
 
 def _refuse_output_in_the_model(output: str, model: str | None) -> None:
@@ -255,7 +301,7 @@ def run(args: argparse.Namespace) -> int:
         _refuse_output_in_the_model(args.output, args.model)
     lines = read_lines(args.input)
     with build_translator(args) as translator:  # stops its worker processes when done
-        result = translator.translate(lines)
+        result = translate_lines(translator, lines, progress=not args.no_progress)
     warn_truncated(result, NAME)
     # A generated newline would break the line-for-line correspondence.
     text = "".join(t.replace("\r", " ").replace("\n", " ") + "\n" for t in result.translations)
