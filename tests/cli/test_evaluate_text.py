@@ -4,8 +4,10 @@ own loss."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import sys
 
 import pytest
 import torch
@@ -145,3 +147,33 @@ def test_hf_reference_agrees_with_a_plain_cross_entropy(gpt_dir):
         out = hf(ids[:, :-1], labels=ids[:, 1:], shift_labels=ids[:, 1:])
     plain = torch.nn.functional.cross_entropy(logits, ids[0, 1:])
     assert float(out.loss) == pytest.approx(float(plain), rel=1e-6)
+
+
+class _Terminal(io.StringIO):
+    """Standard error as a terminal (tqdm shows its bar only there)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_a_long_text_shows_a_bar_on_a_terminal(gpt_dir, tmp_path, monkeypatch, capsys, terminal):
+    """From PROGRESS_BATCHES batches on, a 'scoring' bar on standard error, only on a
+    terminal and not with --no-progress; the report is the same either way."""
+    from attnkit.training import lm
+
+    folder, _ = gpt_dir
+    path = tmp_path / "text.txt"
+    path.write_text(LONG, encoding="utf-8")
+    monkeypatch.setattr(lm, "PROGRESS_BATCHES", 1)
+    reports = []
+    for extra in ([], ["--no-progress"]):
+        err = _Terminal() if terminal else io.StringIO()
+        monkeypatch.setattr(sys, "stderr", err)
+        code, out, _ = evaluate(
+            capsys, "--model", str(folder), "--text", str(path), "--json", *extra
+        )
+        assert code == 0
+        reports.append(json.loads(out))
+        assert ("scoring" in err.getvalue()) == (terminal and not extra), err.getvalue()
+    assert reports[0] == reports[1]

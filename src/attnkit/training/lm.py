@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -330,13 +331,21 @@ class TextLoss:
         return self.nats_per_char / math.log(2)
 
 
+PROGRESS_BATCHES = 10  # text_loss shows a progress bar from this many batches on
+
+
 @torch.no_grad()
-def text_loss(model: GPT, tokenizer, text: str, *, batch_size: int = 8) -> TextLoss:
+def text_loss(
+    model: GPT, tokenizer, text: str, *, batch_size: int = 8, progress: bool = False
+) -> TextLoss:
     """The cross-entropy of ``text`` under ``model``, scored in consecutive windows of the
     model's context (:func:`~attnkit.data.lm.eval_windows`) after the model's bos.
 
     Every token is scored when the model has a ``bos_token_id``; without one the first token
-    has nothing to be predicted from and is left out, with its characters.
+    has nothing to be predicted from and is left out, with its characters. ``progress``: a
+    tqdm bar of the batches on standard error, when it is a terminal and there are at least
+    :data:`PROGRESS_BATCHES` of them (the Shakespeare train text with the shipped GPT: 1.6
+    million tokens, about a minute on two cores).
 
     Raises:
         ValueError: If ``text`` gives no token to score.
@@ -360,7 +369,12 @@ def text_loss(model: GPT, tokenizer, text: str, *, batch_size: int = 8) -> TextL
     model.eval()
     try:
         nats = 0.0
-        for batch in eval_batches(ids, model.config.context_length, batch_size, bos):
+        batches = eval_batches(ids, model.config.context_length, batch_size, bos)
+        if progress and len(batches) >= PROGRESS_BATCHES:
+            from tqdm import tqdm
+
+            batches = tqdm(batches, desc="scoring", unit="batch", file=sys.stderr, disable=None)
+        for batch in batches:
             batch = batch.to(device)
             nats += float(loss(batch.inputs, batch.targets, 0.0).double())
     finally:

@@ -40,9 +40,11 @@ none).
 
 Language models: [--model GPT_DIR] --text FILE scores FILE (UTF-8, .gz allowed, - = standard
 input; an empty file is an error) with a GPT folder (an attnkit language model or a Hugging
-Face GPT-2 folder with its tokenizer.json; without --model, the shipped Shakespeare GPT): the text is read as lines each ended by a newline,
-tokenized, and every token is predicted after the model's bos token (an attnkit language
-model's is the newline), in consecutive windows of the model's context length. It prints the
+Face GPT-2 folder with its tokenizer.json; without --model, the shipped Shakespeare GPT):
+the text is read as lines each ended by a newline, tokenized, and every token is predicted
+after the model's bos token (an attnkit language model's is the newline), in consecutive
+windows of the model's context length (8 a batch; a progress bar on a terminal from 10
+batches on, --no-progress: none). It prints the
 cross-entropy per token and per character (total nats / characters) and bits per character;
 --json prints {"loss_per_token": ..., "nats_per_char": ..., "bits_per_char": ...,
 "tokens": ..., "characters": ..., "model": ..., "text": ...}.
@@ -147,7 +149,7 @@ def _evaluate_text(args: argparse.Namespace) -> int:
         )
     if tokenizer is None:
         raise ValueError(f"--model {args.model!r}: no tokenizer.json; --text needs the tokenizer")
-    loss = text_loss(model, tokenizer, text)
+    loss = text_loss(model, tokenizer, text, progress=not args.no_progress)
     report = {
         "loss_per_token": loss.loss_per_token,
         "nats_per_char": loss.nats_per_char,

@@ -247,7 +247,8 @@ def translate_lines(translator, lines: list[str], *, progress: bool = True):
 def add_progress_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-progress", action="store_true",
-        help="no progress bar for inputs of more than 2,000 lines (shown on a terminal only)",
+        help="no progress bar (shown on a terminal only, for more than 2,000 lines to "
+        "translate or a --text of 10 batches or more)",
     )  # fmt: skip
 
 
