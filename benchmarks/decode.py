@@ -167,6 +167,7 @@ ATTNKIT_SIDES = {
     "attnkit (default path)": [],
     "attnkit float32": ["--dtype", "float32"],
     "attnkit (threads)": ["--parallel", "threads"],  # the default path's workers as threads
+    "attnkit int8": ["--dtype", "int8"],  # float32 weights, int8 linear layers (FBGEMM)
 }
 # CTranslate2 sides: name -> compute_type, on the float32 export of the same folder.
 # Each compute type twice: one batch at a time on all the threads (intra_threads), and one

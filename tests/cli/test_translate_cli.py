@@ -622,3 +622,28 @@ def test_evaluate_goes_in_parts_with_the_same_bleu(model_dir, expected, monkeypa
         reports.append(json.loads(out.getvalue()))
     assert calls == [4, 3, 1]
     assert reports[0]["bleu"] == reports[1]["bleu"] and reports[1]["sentences"] == 4
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_dtype_int8_translates_every_line(model_dir, expected, monkeypatch, capsys, workers):
+    """--dtype int8: the float32 weights quantized to int8 (in forked workers too), a
+    translation per line, close to float32's (the same here for most lines)."""
+    from attnkit.generation.packed import int8_available
+
+    if not int8_available():
+        pytest.skip("torch without FBGEMM (not x86)")
+    _stdin(monkeypatch, ("\n".join(LINES) + "\n").encode())
+    fast = [f for f in FAST if f != "float32"]
+    fast[fast.index("--dtype") + 1 : fast.index("--dtype") + 1] = ["int8"]
+    argv = ["translate", "--model", str(model_dir), *fast, "--workers", workers]
+    assert main([*argv, "--parallel", "processes"]) == 0
+    out = capsys.readouterr().out.split("\n")[:-1]
+    assert len(out) == 4 and out[1] == "" and all(out[i] for i in (0, 2, 3))
+    assert sum(a == b for a, b in zip(out, expected, strict=True)) >= 2
+
+
+def test_dtype_int8_is_for_translation(capsys, tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("some text\n", encoding="utf-8")
+    assert main(["evaluate", "--text", str(path), "--dtype", "int8"]) == 2
+    assert "--dtype int8: for translation models" in capsys.readouterr().err

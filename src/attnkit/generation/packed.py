@@ -48,10 +48,24 @@ fused optimizer steps, ``torch.optim.Adam(fused=True)`` as attnkit's trainer use
 the counter and are not: call :func:`release` after them, as the trainer does after every
 evaluation). The copies cost the weights' size again in memory, freed with the model or by
 :func:`release`.
+
+``packed_linears(model, int8=True)`` packs float32 weights as int8 instead: dynamic
+quantization, as CTranslate2's ``compute_type="int8"`` does. Each weight row is quantized once
+(symmetric, one scale per output channel, the scales of torch's
+``PerChannelMinMaxObserver``) and packed for FBGEMM; at every call the input is quantized to
+7-bit unsigned integers with one scale per call (``reduce_range``: exact integer products on
+every x86 CPU, VNNI or not), multiplied in integers and scaled back to float32
+(``torch.ops.quantized.linear_dynamic``, the product of ``torch.ao``'s dynamic ``Linear``, to
+which a test compares it). It pays where the CPU multiplies int8 much faster than float32 and
+has no AMX for bfloat16: on the AMX Xeon with oneDNN capped at AVX-512 (AVX512_CORE_BF16, as an
+AVX-512 EPYC computes) the shipped translator decoded test2016 at 130 sentences/s on one
+thread in int8 against 94 in bfloat16, BLEU 43.05 against float32's 43.04; with AMX, bfloat16
+is faster (201-251 against 132; docs/benchmarks.md, "Run 13").
 """
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -64,7 +78,7 @@ from attnkit.hardware import mkl_gemv_is_fast
 from attnkit.modules.feed_forward import FeedForward
 from attnkit.modules.multihead import MultiHeadAttention
 
-__all__ = ["linear", "packed_linears", "packed_weight", "release"]
+__all__ = ["int8_available", "linear", "packed_linears", "packed_weight", "release"]
 
 # nn.Linear -> (key of the weight it was made from, packed weight or None if oneDNN refused)
 _PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -120,6 +134,58 @@ def _packed(owner: nn.Module, weight: Tensor) -> Tensor | None:
     return entry[1]
 
 
+# nn.Module -> (key of the weight, int8 packed params): the int8 packing of packed_linears(int8=True)
+_INT8: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_INT8_ENGINE = "fbgemm"  # torch's x86 int8 kernels (AVX2 at least)
+
+
+def int8_available() -> bool:
+    """True where torch has its int8 CPU kernels (FBGEMM: x86 CPUs with AVX2)."""
+    return _INT8_ENGINE in torch.backends.quantized.supported_engines
+
+
+def _int8(owner: nn.Module, weight: Tensor, bias: Tensor | None):
+    """``weight`` (float32, a module's or rows of it) quantized per output channel and packed
+    for FBGEMM with ``bias``, kept for ``owner`` while unchanged; None where int8 is not
+    available for it (another dtype or device, gradients wanted, no FBGEMM)."""
+    if weight.dtype != torch.float32 or weight.device.type != "cpu" or not int8_available():
+        return None
+    key = (_key(weight), None if bias is None else _key(bias))
+    entry = _INT8.get(owner)
+    if entry is None or entry[0] != key:
+        from torch.ao.quantization.observer import PerChannelMinMaxObserver
+
+        with torch.no_grad():
+            w = weight.detach()
+            observer = PerChannelMinMaxObserver(
+                ch_axis=0, dtype=torch.qint8, qscheme=torch.per_channel_symmetric
+            )
+            observer(w)
+            scale, zero_point = observer.calculate_qparams()
+            with warnings.catch_warnings():  # torch deprecates quantized tensors for torchao,
+                warnings.filterwarnings("ignore", "torch.quantize_per_tensor")  # not eager-fast
+                q = torch.quantize_per_channel(w, scale.double(), zero_point, 0, torch.qint8)
+            engine = torch.backends.quantized.engine
+            torch.backends.quantized.engine = _INT8_ENGINE  # the packing's kernel library
+            try:
+                packed = torch.ops.quantized.linear_prepack(
+                    q, None if bias is None else bias.detach().float()
+                )
+            finally:
+                torch.backends.quantized.engine = engine
+        entry = (key, packed)
+        _INT8[owner] = entry
+    return entry[1]
+
+
+def _int8_product(x: Tensor, packed, relu: bool = False) -> Tensor:
+    """x (..., in) float32 through the int8 ``packed`` weight (bias included), then ReLU."""
+    flat = x.reshape(-1, x.shape[-1])  # (M, in)
+    op = torch.ops.quantized.linear_relu_dynamic if relu else torch.ops.quantized.linear_dynamic
+    out = op(flat, packed, True)  # (M, out); reduce_range: 7-bit inputs
+    return out.view(*x.shape[:-1], out.shape[-1])
+
+
 def linear(x: Tensor, module: nn.Linear, packed: Tensor | None) -> Tensor:
     """``module(x)`` with the ``packed`` weight from :func:`packed_weight` (None: ``F.linear``).
 
@@ -135,7 +201,13 @@ def linear(x: Tensor, module: nn.Linear, packed: Tensor | None) -> Tensor:
 def _product(
     x: Tensor, weight: Tensor, bias: Tensor | None, packed: Tensor | None, relu: bool = False
 ) -> Tensor:
-    """``F.linear(x, weight, bias)`` (then ReLU) on ``packed`` where :func:`linear` says."""
+    """``F.linear(x, weight, bias)`` (then ReLU) on ``packed`` where :func:`linear` says;
+    ``packed`` may also be int8 packed params (:func:`_int8`, the bias inside them)."""
+    if packed is not None and not isinstance(packed, Tensor):  # int8 (packed_linears(int8=True))
+        if torch.is_grad_enabled() or x.dtype != torch.float32:
+            out = F.linear(x, weight, bias)
+            return F.relu(out) if relu else out
+        return _int8_product(x, packed, relu)
     if (
         packed is None
         or torch.is_grad_enabled()
@@ -151,14 +223,24 @@ def _product(
 
 
 @contextmanager
-def packed_linears(model: nn.Module) -> Iterator[None]:
+def packed_linears(model: nn.Module, *, int8: bool = False) -> Iterator[None]:
     """Within the block, every plain ``nn.Linear`` of ``model`` with a packable weight runs on
-    its packed weight (gradient-free calls only; others take ``F.linear`` as usual)."""
+    its packed weight (gradient-free calls only; others take ``F.linear`` as usual).
+
+    With ``int8``, float32 weights on a CPU are packed as int8 instead (module docstring;
+    others as without it): a computation of its own, within the rounding of int8 of float32's
+    results, for inference.
+    """
+
+    def pack(owner: nn.Module, weight: Tensor, bias: Tensor | None):
+        quantized = _int8(owner, weight, bias) if int8 else None
+        return quantized if quantized is not None else _packed(owner, weight)
+
     patched = []  # (module, name of the method patched on the instance)
     for module in model.modules():
         # Only the exact classes (subclasses may compute something else), and not twice.
         if type(module) is nn.Linear and "forward" not in module.__dict__:
-            packed = packed_weight(module)
+            packed = pack(module, module.weight, module.bias)
             if packed is not None:
                 module.forward = _forward(module, packed)
                 patched.append((module, "forward"))
@@ -167,7 +249,8 @@ def packed_linears(model: nn.Module) -> Iterator[None]:
             and module.kv_dim == module.d_model  # queries are the first rows of in_proj
             and "_project_q" not in module.__dict__
         ):
-            packed = _packed(module, module.in_proj.weight[: module.d_model])
+            d, bias = module.d_model, module.in_proj.bias
+            packed = pack(module, module.in_proj.weight[:d], None if bias is None else bias[:d])
             if packed is not None:
                 module._project_q = _project_q(module, packed)
                 patched.append((module, "_project_q"))
@@ -177,7 +260,8 @@ def packed_linears(model: nn.Module) -> Iterator[None]:
             and type(module.activation) is nn.ReLU
             and "forward" not in module.__dict__
         ):
-            module.forward = _feed_forward_relu(module, packed_weight(module.linear1))
+            first = module.linear1
+            module.forward = _feed_forward_relu(module, pack(first, first.weight, first.bias))
             patched.append((module, "forward"))
     try:
         yield
@@ -230,3 +314,4 @@ def release(model: nn.Module) -> None:
     """Forget the packed weights of ``model``'s linear layers (frees their memory)."""
     for module in model.modules():
         _PACKED.pop(module, None)
+        _INT8.pop(module, None)

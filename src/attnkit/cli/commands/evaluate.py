@@ -128,6 +128,8 @@ def _evaluate_text(args: argparse.Namespace) -> int:
                 f"--text: give --model DIR, the GPT folder to score the text with (the shipped "
                 f"GPT is not installed at {shipped_gpt_dir()})"
             )
+    if args.dtype == "int8":
+        raise ValueError("--dtype int8: for translation models; --text scores in float32 or bf16")
     check_input_path(args.text, "--text")
     text = read_text(args.text)
     if not text:
