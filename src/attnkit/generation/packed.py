@@ -56,11 +56,12 @@ quantization, as CTranslate2's ``compute_type="int8"`` does. Each weight row is 
 7-bit unsigned integers with one scale per call (``reduce_range``: exact integer products on
 every x86 CPU, VNNI or not), multiplied in integers and scaled back to float32
 (``torch.ops.quantized.linear_dynamic``, the product of ``torch.ao``'s dynamic ``Linear``, to
-which a test compares it). It pays where the CPU multiplies int8 much faster than float32 and
-has no AMX for bfloat16: on the AMX Xeon with oneDNN capped at AVX-512 (AVX512_CORE_BF16, as an
-AVX-512 EPYC computes) the shipped translator decoded test2016 at 130 sentences/s on one
-thread in int8 against 94 in bfloat16, BLEU 43.05 against float32's 43.04; with AMX, bfloat16
-is faster (201-251 against 132; docs/benchmarks.md, "Run 13").
+which a test compares it). The products depend on the batch (one input scale per call),
+so an int8 translation may change with the sentences decoded beside it. Measured with the
+shipped translator on test2016 (docs/benchmarks.md, "Run 13"): 1.32x the sentences/s of
+float32 on the AMX Xeon (254.8 against 193.0, two worker processes), and 1.31x with oneDNN
+and MKL capped at AVX-512 without AMX; BLEU 43.04, float32's (42.88 with one worker of one
+thread). Where bfloat16 is native it is faster still on the Xeon (373.8).
 """
 
 from __future__ import annotations
