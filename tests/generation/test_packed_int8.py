@@ -16,6 +16,15 @@ from attnkit.models import Transformer, TransformerConfig
 pytestmark = pytest.mark.skipif(not int8_available(), reason="torch without FBGEMM (not x86)")
 
 
+def tiny_transformer(vocab: int, max_len: int, d_model: int = 32) -> Transformer:
+    torch.manual_seed(0)
+    config = TransformerConfig(
+        src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=d_model, num_heads=4,
+        num_encoder_layers=1, num_decoder_layers=1, d_ff=2 * d_model, max_len=max_len,
+    )  # fmt: skip
+    return Transformer(config).eval()
+
+
 def reference_int8(module: nn.Linear) -> nn.Module:
     """torch.ao's dynamic quantized Linear of ``module``: int8 weights per output channel
     (symmetric), inputs quantized per call, on FBGEMM."""
@@ -72,12 +81,7 @@ def test_relu_feed_forward_and_cross_attention_queries_run_in_int8():
     """Inside the block a Transformer's decoder gives other logits than float32 (every linear
     layer is int8: the fused ReLU layer and the cross-attention queries too), close to them;
     outside it the float32 logits again; gradients take float32."""
-    torch.manual_seed(0)
-    config = TransformerConfig(
-        src_vocab_size=50, tgt_vocab_size=50, d_model=32, num_heads=4, num_encoder_layers=1,
-        num_decoder_layers=1, d_ff=64, max_len=16,
-    )  # fmt: skip
-    model = Transformer(config).eval()
+    model = tiny_transformer(50, 16)
     src, tgt = torch.randint(3, 50, (2, 7)), torch.randint(3, 50, (2, 5))
     with torch.inference_mode():
         before = model(src, tgt)  # (2, 5, 50) logits
@@ -100,12 +104,7 @@ def test_translator_int8_translates_close_to_float32(monkeypatch):
     calls = []
     real = packed._int8_product
     monkeypatch.setattr(packed, "_int8_product", lambda *a, **k: calls.append(1) or real(*a, **k))
-    torch.manual_seed(0)
-    config = TransformerConfig(
-        src_vocab_size=40, tgt_vocab_size=40, d_model=32, num_heads=4, num_encoder_layers=1,
-        num_decoder_layers=1, d_ff=64, max_len=12,
-    )  # fmt: skip
-    model = Transformer(config).eval()
+    model = tiny_transformer(40, 12)
 
     class Ids:  # a tokenizer of ids written as words
         pad_id, bos_id, eos_id, vocab_size = 0, 1, 2, 40
@@ -127,15 +126,11 @@ def test_translator_int8_translates_close_to_float32(monkeypatch):
 
 
 def test_translator_int8_refuses_what_it_cannot_run():
-    config = TransformerConfig(
-        src_vocab_size=20, tgt_vocab_size=20, d_model=16, num_heads=2, num_encoder_layers=1,
-        num_decoder_layers=1, d_ff=32, max_len=8,
-    )  # fmt: skip
-
     class Ids:
         pad_id, bos_id, eos_id, vocab_size = 0, 1, 2, 20
 
-    with pytest.raises(ValueError, match=r"int8: expected a float32 model on a CPU.*bfloat16"):
-        Translator(Transformer(config).to(torch.bfloat16), Ids(), int8=True)
+    model = tiny_transformer(20, 8, d_model=16)
     with pytest.raises(TypeError, match=r"int8: expected True or False, got 'yes'"):
-        Translator(Transformer(config), Ids(), int8="yes")
+        Translator(model, Ids(), int8="yes")
+    with pytest.raises(ValueError, match=r"int8: expected a float32 model on a CPU.*bfloat16"):
+        Translator(model.to(torch.bfloat16), Ids(), int8=True)
