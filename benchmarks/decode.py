@@ -198,6 +198,7 @@ def attnkit_sides(model: str | None, threads: int, beam: int) -> dict:
     evaluate` builds its translator (so its defaults are the command's)."""
     from attnkit.cli import build_parser
     from attnkit.cli.commands.translate import build_translator
+    from attnkit.generation.packed import int8_available
 
     sides, seen = {}, {}
     for name, flags in ATTNKIT_SIDES.items():
@@ -209,8 +210,12 @@ def attnkit_sides(model: str | None, threads: int, beam: int) -> dict:
             print(f"{name}: the same settings as {seen[settings]!r}, measured once")
             continue
         seen[settings] = name
+        if args.dtype == "int8" and not int8_available():
+            print(f"{name}: skipped, this torch has no int8 CPU kernels (FBGEMM)")
+            continue
         translator = build_translator(args)
         dtype = next(translator.model.parameters()).dtype
+        dtype = f"{dtype}, linear layers int8" if translator.int8 else dtype
         how = f"attnkit evaluate {' '.join(flags) or '(no flags)'}: weights {dtype}"
         sides[name] = (lambda lines, t=translator: t.translate(lines).translations, how)
     return sides

@@ -626,12 +626,15 @@ def test_evaluate_goes_in_parts_with_the_same_bleu(model_dir, expected, monkeypa
 
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_dtype_int8_translates_every_line(model_dir, expected, monkeypatch, capsys, workers):
-    """--dtype int8: the float32 weights quantized to int8 (in forked workers too), a
-    translation per line, close to float32's (the same here for most lines)."""
-    from attnkit.generation.packed import int8_available
+    """--dtype int8: the float32 weights packed as int8 (in this process, before any worker is
+    forked), a translation per line, close to float32's; evaluate reports the dtype."""
+    import attnkit.generation.packed as packed
 
-    if not int8_available():
+    if not packed.int8_available():
         pytest.skip("torch without FBGEMM (not x86)")
+    packs = []
+    real = packed._pack_int8
+    monkeypatch.setattr(packed, "_pack_int8", lambda w, b: packs.append(w.shape) or real(w, b))
     _stdin(monkeypatch, ("\n".join(LINES) + "\n").encode())
     fast = [f for f in FAST if f != "float32"]
     fast[fast.index("--dtype") + 1 : fast.index("--dtype") + 1] = ["int8"]
@@ -640,6 +643,21 @@ def test_dtype_int8_translates_every_line(model_dir, expected, monkeypatch, caps
     out = capsys.readouterr().out.split("\n")[:-1]
     assert len(out) == 4 and out[1] == "" and all(out[i] for i in (0, 2, 3))
     assert sum(a == b for a, b in zip(out, expected, strict=True)) >= 2
+    assert (64, 32) in packs and (32, 64) in packs  # the feed-forward layers' weights, in int8
+
+
+def test_evaluate_json_names_the_dtype(model_dir, tmp_path, capsys):
+    src, ref = tmp_path / "src.de", tmp_path / "ref.en"
+    src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    ref.write_text("\n".join(["A dog runs.", "", "Two men.", "A woman."]) + "\n")
+    args = ["evaluate", "--model", str(model_dir), "--src", str(src), "--ref", str(ref), *FAST]
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["dtype"] == "float32"
+    from attnkit.generation.packed import int8_available
+
+    if int8_available():
+        assert main([*args, "--json", "--dtype", "int8"]) == 0
+        assert json.loads(capsys.readouterr().out)["dtype"] == "int8"
 
 
 def test_dtype_int8_is_for_translation(capsys, tmp_path):

@@ -1,6 +1,6 @@
 """int8 linear layers (``packed_linears(int8=True)``): the product of torch.ao's dynamic
-quantized ``Linear`` (the reference users would reach for), used by every linear layer of a
-model inside the block, and a Translator that runs on them."""
+quantized ``Linear`` (the reference users would reach for), used by a model's linear layers
+inside the block, and a Translator that runs on them."""
 
 import warnings
 
@@ -78,9 +78,10 @@ def _quantized(module: nn.Linear):
 
 
 def test_relu_feed_forward_and_cross_attention_queries_run_in_int8():
-    """Inside the block a Transformer's decoder gives other logits than float32 (every linear
-    layer is int8: the fused ReLU layer and the cross-attention queries too), close to them;
-    outside it the float32 logits again; gradients take float32."""
+    """Inside the block a Transformer gives other logits than float32 (its nn.Linear layers,
+    the fused ReLU layer and the cross-attention queries in int8; the cross-attention keys and
+    values, a slice of in_proj, stay float32), close to them; outside it the float32 logits
+    again; gradients take float32."""
     model = tiny_transformer(50, 16)
     src, tgt = torch.randint(3, 50, (2, 7)), torch.randint(3, 50, (2, 5))
     with torch.inference_mode():
@@ -134,3 +135,31 @@ def test_translator_int8_refuses_what_it_cannot_run():
         Translator(model, Ids(), int8="yes")
     with pytest.raises(ValueError, match=r"int8: expected a float32 model on a CPU.*bfloat16"):
         Translator(model.to(torch.bfloat16), Ids(), int8=True)
+
+
+def test_int8_weights_follow_load_state_dict():
+    """The int8 packing is made again when the weights change (load_state_dict bumps their
+    version): the products are those of a fresh packing of the new weights."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 8))
+    x = torch.randn(3, 16)
+    with torch.inference_mode(), packed_linears(model, int8=True):
+        first = model(x)
+    new = {k: torch.randn_like(v) for k, v in model.state_dict().items()}
+    model.load_state_dict(new)
+    with torch.inference_mode(), packed_linears(model, int8=True):
+        second = model(x)
+    fresh = nn.Sequential(nn.Linear(16, 8))
+    fresh.load_state_dict(new)
+    with torch.inference_mode(), packed_linears(fresh, int8=True):
+        expected = fresh(x)
+    torch.testing.assert_close(second, expected, rtol=0, atol=0)
+    assert not torch.equal(first, second)
+
+
+def test_an_input_of_nan_is_refused_by_name():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 8))
+    with torch.inference_mode(), packed_linears(model, int8=True):
+        with pytest.raises(ValueError, match=r"int8: a linear layer's input holds NaN or inf"):
+            model(torch.full((2, 16), float("nan")))

@@ -107,8 +107,8 @@ def token_batches(lengths: Sequence[int], batch_tokens: int) -> Iterator[list[in
 # A sentence's share of a worker's decoding time grows faster than its length: a long sentence's
 # steps attend to more positions, and a batch of long sentences runs more steps, each with the
 # same fixed cost per operator. On test2016 (the shipped model, beam 5, two workers), shares of
-# equal tokens left the worker with the long sentences 9-13% longer than the other; shares
-# cut by length ** 1.3 ended within 1-5% of each other, and the calls made 1.04x the
+# equal tokens left the worker with the long sentences 5-13% longer than the other (median
+# 12%); shares cut by length ** 1.3 ended 1-10% apart (median 3%), and the calls made 1.04x the
 # sentences/s in two runs of benchmarks/decode_shares.py (medians of the per-round ratios;
 # 0.98x in a third, 5-round run; 1.2 gave 1.04x too; docs/benchmarks.md, "Run 13").
 DECODE_COST_EXPONENT = 1.3
@@ -228,7 +228,8 @@ class Translator:
             batches side by side keep the cores busier than one batch split across them: 2
             workers of 1 thread translate test2016 faster than 1 worker of 2 threads, and hold
             up far better when other processes share the cores (docs/benchmarks.md). Outputs
-            do not depend on it beyond the float rounding of a different thread count.
+            do not depend on it beyond the float rounding of a different thread count (with
+            ``int8`` they may: int8 products depend on the batch, below).
         parallel: what the workers are. ``"threads"`` (the default): threads of this process,
             each running its operators on ``torch.get_num_threads() // workers`` threads (the
             process-wide count is lowered for the duration of :meth:`translate` and restored
@@ -247,9 +248,10 @@ class Translator:
             seen either: call :meth:`close`. Faster than threads (no
             interpreter lock between the workers), for programs such as ``attnkit translate``;
             forking is unsafe where other threads hold locks (a server). The translations are
-            the ones ``"threads"`` gives.
+            the ones ``"threads"`` gives (with ``int8``, up to the batches' effect below).
         int8: run the linear layers in int8 (dynamic quantization, CTranslate2's
-            ``compute_type="int8"``: :mod:`attnkit.generation.packed`); the model must be
+            ``compute_type="int8"``: :mod:`attnkit.generation.packed`; the cross-attention
+            keys and values, computed once per sentence, stay float32); the model must be
             float32 on a CPU with torch's int8 kernels (:func:`int8_available`). 1.3x the
             sentences/s of float32 for the shipped model (bfloat16, where native, is faster),
             test2016 BLEU 42.88-43.04 against float32's 43.04; a sentence's translation may

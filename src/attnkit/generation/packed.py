@@ -66,6 +66,8 @@ thread). Where bfloat16 is native it is faster still on the Xeon (373.8).
 
 from __future__ import annotations
 
+import functools
+import threading
 import warnings
 import weakref
 from collections.abc import Iterator
@@ -140,50 +142,85 @@ _INT8: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _INT8_ENGINE = "fbgemm"  # torch's x86 int8 kernels (AVX2 at least)
 
 
+@functools.cache
 def int8_available() -> bool:
-    """True where torch has its int8 CPU kernels (FBGEMM: x86 CPUs with AVX2)."""
-    return _INT8_ENGINE in torch.backends.quantized.supported_engines
+    """True where torch has its int8 CPU kernels (FBGEMM: x86 CPUs with AVX2) and they run: a
+    tiny weight is quantized, packed and multiplied once (a torch that dropped its quantized
+    tensors, as announced for torchao, answers False)."""
+    if _INT8_ENGINE not in torch.backends.quantized.supported_engines:
+        return False
+    try:
+        probe = _pack_int8(torch.ones(2, 4), None)
+        out = torch.ops.quantized.linear_dynamic(torch.ones(1, 4), probe, True)
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return False
+    return tuple(out.shape) == (1, 2)
+
+
+_INT8_LOCK = threading.Lock()  # torch.backends.quantized.engine is process-wide
+
+
+def _pack_int8(weight: Tensor, bias: Tensor | None):
+    """float32 ``weight`` (out, in) quantized per output channel (symmetric, the scales of
+    torch.ao's ``PerChannelMinMaxObserver``) and packed for FBGEMM with ``bias``."""
+    from torch.ao.quantization.observer import PerChannelMinMaxObserver
+
+    with torch.no_grad():
+        w = weight.detach()
+        observer = PerChannelMinMaxObserver(
+            ch_axis=0, dtype=torch.qint8, qscheme=torch.per_channel_symmetric
+        )
+        observer(w)
+        scale, zero_point = observer.calculate_qparams()
+        with warnings.catch_warnings():  # torch deprecates quantized tensors (for torchao,
+            warnings.filterwarnings("ignore", "torch.quantize_per_tensor")  # not eager-fast)
+            q = torch.quantize_per_channel(w, scale.double(), zero_point, 0, torch.qint8)
+        with _INT8_LOCK:
+            engine = torch.backends.quantized.engine
+            torch.backends.quantized.engine = _INT8_ENGINE  # the packing's kernel library
+            try:
+                return torch.ops.quantized.linear_prepack(
+                    q, None if bias is None else bias.detach().float()
+                )
+            finally:
+                torch.backends.quantized.engine = engine
 
 
 def _int8(owner: nn.Module, weight: Tensor, bias: Tensor | None):
-    """``weight`` (float32, a module's or rows of it) quantized per output channel and packed
-    for FBGEMM with ``bias``, kept for ``owner`` while unchanged; None where int8 is not
-    available for it (another dtype or device, gradients wanted, no FBGEMM)."""
+    """:func:`_pack_int8` of ``weight`` (a module's, or rows of it) and ``bias``, kept for
+    ``owner`` while both are unchanged; None where int8 cannot run it (a weight not float32
+    or not on a CPU, or no int8 kernels: :func:`int8_available`)."""
     if weight.dtype != torch.float32 or weight.device.type != "cpu" or not int8_available():
         return None
     key = (_key(weight), None if bias is None else _key(bias))
     entry = _INT8.get(owner)
     if entry is None or entry[0] != key:
-        from torch.ao.quantization.observer import PerChannelMinMaxObserver
-
-        with torch.no_grad():
-            w = weight.detach()
-            observer = PerChannelMinMaxObserver(
-                ch_axis=0, dtype=torch.qint8, qscheme=torch.per_channel_symmetric
-            )
-            observer(w)
-            scale, zero_point = observer.calculate_qparams()
-            with warnings.catch_warnings():  # torch deprecates quantized tensors for torchao,
-                warnings.filterwarnings("ignore", "torch.quantize_per_tensor")  # not eager-fast
-                q = torch.quantize_per_channel(w, scale.double(), zero_point, 0, torch.qint8)
-            engine = torch.backends.quantized.engine
-            torch.backends.quantized.engine = _INT8_ENGINE  # the packing's kernel library
-            try:
-                packed = torch.ops.quantized.linear_prepack(
-                    q, None if bias is None else bias.detach().float()
-                )
-            finally:
-                torch.backends.quantized.engine = engine
-        entry = (key, packed)
+        entry = (key, _pack_int8(weight, bias))
         _INT8[owner] = entry
     return entry[1]
 
 
 def _int8_product(x: Tensor, packed, relu: bool = False) -> Tensor:
-    """x (..., in) float32 through the int8 ``packed`` weight (bias included), then ReLU."""
+    """x (..., in) float32 through the int8 ``packed`` weight (bias included), then ReLU.
+
+    The input's scale is one for the whole call, chosen by FBGEMM from the input's range, and
+    non-finite inputs are not checked (a pass over every input would cost about 5% of a
+    decoding step): a NaN is quantized as a finite value, an infinity turns other rows'
+    outputs to NaN, and an input that is all NaN, for which FBGEMM cannot choose a scale, is
+    refused here by name. float32 (the default) keeps them in their rows.
+    """
     flat = x.reshape(-1, x.shape[-1])  # (M, in)
     op = torch.ops.quantized.linear_relu_dynamic if relu else torch.ops.quantized.linear_dynamic
-    out = op(flat, packed, True)  # (M, out); reduce_range: 7-bit inputs
+    try:
+        out = op(flat, packed, True)  # (M, out); reduce_range: 7-bit inputs
+    except RuntimeError as err:
+        if bool(torch.isfinite(flat).all()):
+            raise
+        raise ValueError(
+            "int8: a linear layer's input holds NaN or inf (the model's activations "
+            "overflowed); int8 quantizes each input with one scale and cannot run it: use "
+            "float32"
+        ) from err
     return out.view(*x.shape[:-1], out.shape[-1])
 
 

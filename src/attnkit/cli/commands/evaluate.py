@@ -36,7 +36,8 @@ scored as they are. An empty file is an error. More than 2,000 source lines are 
 none).
 
 --json prints one object: {"bleu": ..., "signature": ..., "sentences_per_sec": ...,
-"sentences": ..., "seconds": ..., "test_set": ..., "model": ..., "beam": ..., "lenpen": ...}
+"sentences": ..., "seconds": ..., "test_set": ..., "model": ..., "beam": ..., "lenpen": ...,
+"dtype": ...} (dtype: what the linear layers computed in: float32, bfloat16 or int8)
 
 Language models: [--model GPT_DIR] --text FILE scores FILE (UTF-8, .gz allowed, - = standard
 input; an empty file is an error) with a GPT folder (an attnkit language model or a Hugging
@@ -113,6 +114,8 @@ def _evaluate_text(args: argparse.Namespace) -> int:
     from attnkit.pretrained_loading import load_pretrained
     from attnkit.training.lm import text_loss
 
+    if args.dtype == "int8":
+        raise ValueError("--dtype int8: for translation models; --text scores in float32 or bf16")
     search = [(SEARCH_FLAGS[field], getattr(args, dest)) for field, dest in SEARCH_DESTS.items()]
     for flag, value in (("--src", args.src), ("--ref", args.ref), ("--split", args.split), *search):
         if value is not None:
@@ -128,8 +131,6 @@ def _evaluate_text(args: argparse.Namespace) -> int:
                 f"--text: give --model DIR, the GPT folder to score the text with (the shipped "
                 f"GPT is not installed at {shipped_gpt_dir()})"
             )
-    if args.dtype == "int8":
-        raise ValueError("--dtype int8: for translation models; --text scores in float32 or bf16")
     check_input_path(args.text, "--text")
     text = read_text(args.text)
     if not text:
@@ -172,6 +173,11 @@ def _evaluate_text(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dtype_name(model) -> str:
+    """``float32``, ``bfloat16``, ...: the dtype of the model's weights."""
+    return str(next(model.parameters()).dtype).removeprefix("torch.")
+
+
 def run(args: argparse.Namespace) -> int:
     import time
 
@@ -205,6 +211,7 @@ def run(args: argparse.Namespace) -> int:
             "model": str(args.model) if args.model else "multi30k_de_en (shipped)",
             "beam": translator.config.beam_size,
             "lenpen": translator.config.lenpen,
+            "dtype": "int8" if translator.int8 else _dtype_name(translator.model),
         }
         print(json.dumps(report))
     else:

@@ -139,8 +139,8 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         "device computes it natively (CUDA, AVX-512 or AMX CPUs: 1.4x the sentences/s of float32 "
         "for the shipped model, test2016 BLEU 43.04 in both), float32 elsewhere; "
         "float32 forces full precision; int8 (CPU): the linear layers in int8 (float32 weights "
-        "quantized on load, as CTranslate2's int8): 1.3x the speed of float32, test2016 BLEU "
-        "42.88-43.04 against 43.04 (bfloat16 is faster where native)",
+        "quantized at the first call, as CTranslate2's int8): 1.3x the speed of float32, "
+        "test2016 BLEU 42.88-43.04 against 43.04 (bfloat16 is faster where native)",
     )
 
 
@@ -204,7 +204,8 @@ def build_translator(args: argparse.Namespace):
     from attnkit.decoding import Translator, load_translation_model, model_decoding
 
     config = decoding_config(args, model_decoding(args.model))  # before the weights are read
-    device = resolve_device(args.device)
+    # int8 runs on a CPU: without --device it is the CPU even where CUDA is.
+    device = resolve_device("cpu" if args.dtype == "int8" and args.device is None else args.device)
     if args.dtype == "int8" and device.type != "cpu":
         raise ValueError(f"--dtype int8: runs on a CPU (--device cpu), not on {device}")
     if args.threads is not None:
