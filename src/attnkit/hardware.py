@@ -126,7 +126,8 @@ def fast_inference_dtype(device: torch.device | str) -> torch.dtype:
     """bfloat16 where it is native on ``device`` (above), else float32.
 
     For inference whose result bfloat16 barely moves: the shipped translator's test2016 BLEU
-    is 43.04 in bfloat16 and in float32 (43.039 both; docs/benchmarks.md, "Translation quality").
+    is 43.04 in float32 and 43.01-43.13 in bfloat16, as the batches fall (docs/benchmarks.md,
+    "Translation quality" and "Run 13").
     """
     device = torch.device(device)
     if device.type == "cuda":
