@@ -241,19 +241,17 @@ def _product(
 ) -> Tensor:
     """``F.linear(x, weight, bias)`` (then ReLU) on ``packed`` where :func:`linear` says;
     ``packed`` may also be int8 packed params (:func:`_int8`, the bias inside them)."""
-    if packed is not None and not isinstance(packed, Tensor):  # int8 (packed_linears(int8=True))
-        if torch.is_grad_enabled() or x.dtype != torch.float32:
-            out = F.linear(x, weight, bias)
-            return F.relu(out) if relu else out
-        return _int8_product(x, packed, relu)
+    int8 = packed is not None and not isinstance(packed, Tensor)  # packed_linears(int8=True)
     if (
         packed is None
         or torch.is_grad_enabled()
         or x.dtype != weight.dtype
-        or (_MKL_GEMV and x.dtype == torch.float32 and x.numel() == x.shape[-1])  # one row
-    ):
+        or (not int8 and _MKL_GEMV and x.dtype == torch.float32 and x.numel() == x.shape[-1])
+    ):  # the last: one float32 row, where MKL's gemv is faster
         out = F.linear(x, weight, bias)
         return F.relu(out) if relu else out
+    if int8:
+        return _int8_product(x, packed, relu)
     # oneDNN applies the ReLU to the float accumulators before rounding to the output dtype,
     # the same values as rounding first (ReLU keeps the sign), in one pass fewer.
     attr = "relu" if relu else "none"
