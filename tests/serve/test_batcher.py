@@ -137,6 +137,28 @@ def test_wrong_number_of_outputs_is_an_error_not_a_mix_up():
     batcher.stop()
 
 
+def test_a_batch_is_recorded_before_its_requests_are_answered():
+    """on_batch runs before any future of the batch resolves (a client reading the metrics
+    after its answer sees its batch), and an on_batch that raises still lets them resolve."""
+    seen = []
+    futures = []
+
+    def on_batch(inputs, cost, seconds):
+        seen.append((inputs, cost, [f.done() for f in futures]))
+        if len(seen) == 2:
+            raise RuntimeError("a broken metrics sink")
+
+    batcher = DynamicBatcher(lambda inputs, key: inputs, max_batch_cost=9, max_wait_ms=0,
+                             max_queue=9, on_batch=on_batch)  # fmt: skip
+    futures.append(batcher.submit(["a", "b"], 2))
+    assert futures[0].result(DEADLINE) == ["a", "b"]
+    assert seen == [(2, 2, [False])]
+    futures.append(batcher.submit(["c"], 1))
+    assert futures[1].result(DEADLINE) == ["c"]  # answered although on_batch raised
+    assert seen[1] == (1, 1, [True, False])
+    batcher.stop()
+
+
 def test_drain_and_stop_run_what_is_queued_without_waiting():
     rec = Recorder()
     rec.release.set()

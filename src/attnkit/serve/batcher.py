@@ -52,7 +52,8 @@ class DynamicBatcher:
         max_batch_cost: the cost (tokens) a batch may reach; >= 1.
         max_wait_ms: how long the oldest item waits for others, >= 0 (0: no waiting).
         max_queue: inputs allowed to wait; >= 1.
-        on_batch: called after every batch with ``(inputs, cost, seconds)``, for metrics.
+        on_batch: called after every batch with ``(inputs, cost, seconds)``, for metrics,
+            before its requests are answered (an error in it is logged).
         name: the worker thread's name.
     """
 
@@ -177,9 +178,14 @@ class DynamicBatcher:
                     item.future.set_exception(err)
                 continue
             seconds = time.perf_counter() - start
+            # Recorded before any request is answered: a client that reads the metrics after
+            # its answer sees its batch (recorded after, the last batch raced the reader).
+            if self.on_batch is not None:
+                try:
+                    self.on_batch(len(inputs), sum(item.cost for item in live), seconds)
+                except Exception:  # metrics must not keep the answers from the requests
+                    logger.exception("on_batch failed")
             at = 0
             for item in live:
                 item.future.set_result(outputs[at : at + len(item.inputs)])
                 at += len(item.inputs)
-            if self.on_batch is not None:
-                self.on_batch(len(inputs), sum(item.cost for item in live), seconds)
