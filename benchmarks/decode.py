@@ -52,7 +52,7 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from machine import cpu_name, load_average, usable_cores  # noqa: E402  (benchmarks/machine.py)
+from machine import cpu_name, isa_caps, load_average, usable_cores  # noqa: E402  (benchmarks/machine.py)
 
 from attnkit.data import SubwordTokenizer, load_named_corpus  # noqa: E402
 from attnkit.decoding import (  # noqa: E402
@@ -343,6 +343,7 @@ def ctranslate2_suite(args: argparse.Namespace) -> None:
             f"average {load_average():.1f}; torch {torch.__version__} "
             f"({torch.backends.cpu.get_cpu_capability()}); ctranslate2 {ctranslate2.__version__}; "
             f"python {platform.python_version()}"
+            + (f"; instruction sets capped: {isa_caps()}" if isa_caps() else "")
         )
         print(
             f"{folder}: Multi30k test2016 de->en, {len(lines)} sentences, beam {args.beam}, "

@@ -21,3 +21,20 @@ def usable_cores() -> int | str:
 
 def load_average() -> float:
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+
+# The variables that cap the instruction sets of the kernels a benchmark calls, so that one
+# machine computes as another kind does (docs/benchmarks.md, "emulated" sections): torch's own
+# kernels, oneDNN, MKL, FBGEMM (torch's int8 products) and CTranslate2.
+ISA_VARIABLES = (
+    "ATEN_CPU_CAPABILITY",
+    "ONEDNN_MAX_CPU_ISA",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "FBGEMM_ENABLE_INSTRUCTIONS",
+    "CT2_FORCE_CPU_ISA",
+)
+
+
+def isa_caps() -> str:
+    """The ISA variables set in this process, as ``NAME=value`` words ('' when none is)."""
+    return " ".join(f"{v}={os.environ[v]}" for v in ISA_VARIABLES if v in os.environ)

@@ -66,12 +66,11 @@ from attnkit.training.datasets import encode, load_text, train_tokenizer
 from attnkit.training.precision import autocast_context, cpu_has_fast_bf16, resolve_autocast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import cpu_name, load_average, usable_cores  # noqa: E402
+from machine import cpu_name, isa_caps, load_average, usable_cores  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDES = ("attnkit", "attnkit-matched", "torch.nn")
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
-ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
 
 # --------------------------------------------------------------------------- the baseline
@@ -188,14 +187,14 @@ def cpu_flags() -> set[str]:
 def machine_info(threads: int, autocast: str, dtype: torch.dtype | None) -> str:
     flags = cpu_flags()
     has = ", ".join(f"{x} {'yes' if x in flags else 'no'}" for x in FLAGS)
-    isa = [f"{v}={os.environ[v]}" for v in ISA_VARIABLES if v in os.environ]
+    isa = isa_caps()
     return "\n".join(
         [
             f"platform: {platform.platform()}, python {platform.python_version()}",
             f"cpu: {cpu_name()}, {os.cpu_count()} logical cores, {usable_cores()} usable; "
             f"flags: {has}",
             f"torch {torch.__version__}: capability {torch.backends.cpu.get_cpu_capability()}, "
-            f"fast bf16 {cpu_has_fast_bf16()}" + (f", {' '.join(isa)}" if isa else ""),
+            f"fast bf16 {cpu_has_fast_bf16()}" + (f", {isa}" if isa else ""),
             f"threads {threads}, autocast {autocast} -> {dtype or 'float32'}",
             f"load average at start: {load_average():.2f}",
         ]

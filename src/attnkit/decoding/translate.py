@@ -252,9 +252,9 @@ class Translator:
         int8: run the linear layers in int8 (dynamic quantization, CTranslate2's
             ``compute_type="int8"``: :mod:`attnkit.generation.packed`; the cross-attention
             keys and values, computed once per sentence, stay float32); the model must be
-            float32 on a CPU with torch's int8 kernels (:func:`int8_available`). 1.3x the
+            float32 on a CPU with torch's int8 kernels (:func:`int8_available`). 1.2-1.3x the
             sentences/s of float32 for the shipped model (bfloat16, where native, is faster),
-            test2016 BLEU 42.88-43.04 against float32's 43.04; a sentence's translation may
+            test2016 BLEU 42.88-43.35 against float32's 43.04; a sentence's translation may
             change with the batch it is decoded in (one input scale per product).
     """
 

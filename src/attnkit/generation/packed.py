@@ -60,8 +60,9 @@ which a test compares it). The products depend on the batch (one input scale per
 so an int8 translation may change with the sentences decoded beside it. Measured with the
 shipped translator on test2016 (docs/benchmarks.md, "Run 13"): 1.32x the sentences/s of
 float32 on the AMX Xeon (254.8 against 193.0, two worker processes), and 1.31x with oneDNN
-and MKL capped at AVX-512 without AMX; BLEU 43.04, float32's (42.88 with one worker of one
-thread). Where bfloat16 is native it is faster still on the Xeon (373.8).
+and MKL capped at AVX-512 without AMX, 1.22x with every library capped at AVX2 ("Run 14");
+BLEU 43.04, float32's (42.88 with one worker of one thread, 43.35 with the AVX2 kernels).
+Where bfloat16 is native it is faster still on the Xeon (373.8).
 """
 
 from __future__ import annotations

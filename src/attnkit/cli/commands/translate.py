@@ -140,8 +140,8 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         "for the shipped model on an AMX Xeon, test2016 BLEU 43.01 against 43.04), float32 "
         "elsewhere; "
         "float32 forces full precision; int8 (CPU): the linear layers in int8 (float32 weights "
-        "quantized at the first call, as CTranslate2's int8): 1.3x the speed of float32, "
-        "test2016 BLEU 42.88-43.04 against 43.04 (bfloat16 is faster where native)",
+        "quantized at the first call, as CTranslate2's int8): 1.2-1.3x the speed of float32, "
+        "test2016 BLEU 42.88-43.35 against 43.04 (bfloat16 is faster where native)",
     )
 
 
