@@ -81,16 +81,26 @@ def test_failures_are_one_line(monkeypatch, capsys, error, message, status):
     assert err.count("\n") == 1
 
 
-def test_verbose_gives_the_traceback(monkeypatch):
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [(RuntimeError("boom"), 2), (ValueError("boom"), 2), (KeyboardInterrupt("boom"), 130)],
+)
+def test_verbose_gives_the_traceback_and_the_same_status(monkeypatch, capsys, error, status):
+    """-v adds the traceback before the one-line error; the exit status is the one without it
+    (before: -v re-raised, and the status became Python's 1)."""
+
     def run(args):
-        raise RuntimeError("boom")
+        raise error
 
     monkeypatch.setattr(walkthrough_cmd, "run", run)
-    with pytest.raises(RuntimeError, match="boom"):
-        main(["-v", "walkthrough"])
-    with pytest.raises(RuntimeError, match="boom"):  # after the command too, where users add it
-        main(["walkthrough", "-v"])
-    assert main(["walkthrough"]) == 2  # and not when absent from both places
+    for argv in (["-v", "walkthrough"], ["walkthrough", "-v"]):  # after the command too
+        assert main(argv) == status
+        err = capsys.readouterr().err
+        assert err.startswith("Traceback (most recent call last):"), err
+        assert f"{type(error).__name__}: boom" in err
+        assert err.splitlines()[-1].startswith("attnkit walkthrough: error: ")
+    assert main(["walkthrough"]) == status  # and no traceback when absent from both places
+    assert "Traceback" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -137,6 +137,39 @@ def test_evaluate_named_split(model_dir, monkeypatch, capsys):
     assert calls[-1] == ("multi30k", "val", "en", "de")
 
 
+def test_evaluate_scores_the_direction_the_model_was_trained_on(
+    model_dir, monkeypatch, capsys, tmp_path
+):
+    """A folder that says it was trained en -> de (``attnkit train`` writes ``"data"`` into
+    config.json) is scored en -> de without flags; asking for de -> en is refused, naming both
+    directions (before: de -> en was scored, BLEU near 0, exit status 0)."""
+    import attnkit.data
+
+    model, tokenizer, _ = loading.load_translation_model(model_dir)
+    data = {"corpus": "multi30k", "src_lang": "en", "tgt_lang": "de"}
+    en_de = save_translation_model(
+        tmp_path / "en_de", model, tokenizer, extra_config={"data": data}
+    )
+    calls = []
+
+    def small_corpus(name, split, src_lang, tgt_lang):
+        calls.append((name, split, src_lang, tgt_lang))
+        return attnkit.data.ParallelCorpus(src=["A dog."], tgt=["Ein Hund."])
+
+    monkeypatch.setattr(attnkit.data, "load_named_corpus", small_corpus)
+    assert main(["evaluate", "--model", str(en_de), "--json", *FAST]) == 0
+    assert calls == [("multi30k", "test2016", "en", "de")]
+    assert json.loads(capsys.readouterr().out)["test_set"] == "multi30k test2016 en-de"
+    assert main(["evaluate", "--model", str(en_de), "--src-lang", "en", "--json", *FAST]) == 0
+    assert calls[-1] == ("multi30k", "test2016", "en", "de")
+    capsys.readouterr()
+    for flags in (["--src-lang", "de", "--tgt-lang", "en"], ["--tgt-lang", "en"]):
+        assert main(["evaluate", "--model", str(en_de), *flags, *FAST]) == 2
+        err = capsys.readouterr().err
+        assert "was trained to translate en -> de" in err and "--src FILE --ref FILE" in err
+    assert len(calls) == 2  # refused before any test set was read
+
+
 @pytest.mark.parametrize(
     "extra,message",
     [

@@ -290,3 +290,32 @@ def test_the_shipped_model_decodes_with_its_validation_length_penalty():
     from attnkit.decoding import DecodingConfig, model_decoding
 
     assert model_decoding(None) == DecodingConfig(lenpen=1.4)
+
+
+def test_model_languages_from_config_json_or_the_toml_beside_it(tmp_path):
+    """The direction a folder was trained in: config.json's "data" (what attnkit train writes),
+    else config.toml's [data] (the shipped model's); None when neither says or the corpus is
+    not Multi30k."""
+    from attnkit.decoding.loading import model_languages
+
+    assert model_languages(None) == ("de", "en")  # the shipped model: its config.toml
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model": {}}))
+    assert model_languages(folder) is None
+    (folder / "config.toml").write_text(
+        '[data]\ncorpus = "multi30k"\nsrc_lang = "fr"\ntgt_lang = "en"\n'
+    )
+    assert model_languages(folder) == ("fr", "en")
+    data = {"corpus": "multi30k", "src_lang": "en", "tgt_lang": "cs"}
+    (folder / "config.json").write_text(json.dumps({"model": {}, "data": data}))
+    assert model_languages(folder) == ("en", "cs")  # config.json first
+    (folder / "config.json").write_text(
+        json.dumps({"model": {}, "data": {**data, "corpus": "copy"}})
+    )
+    assert model_languages(folder) is None
+    (folder / "config.json").write_text(json.dumps({"model": {}}))
+    (folder / "config.toml").write_text("[data\n")
+    with pytest.raises(ValueError, match="config.toml: not a valid TOML file"):
+        model_languages(folder)
+    assert model_languages(tmp_path / "absent") is None  # the loader names a missing folder

@@ -15,6 +15,7 @@ import logging
 import os
 import pkgutil
 import sys
+import traceback
 
 from attnkit import allocator
 from attnkit.cli import commands
@@ -129,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     Exit status: 0 on success; 2 with one line ``attnkit COMMAND: error: ...`` on standard
     error for bad arguments or input (argparse's own errors included), an operating-system
     error (missing, unreadable or unwritable file, full disk, ...), a runtime error (e.g. out
-    of memory) or a keyboard interrupt (130). ``-v`` re-raises instead, with the traceback.
-    Other exceptions are bugs and keep their traceback.
+    of memory) or a keyboard interrupt (130). ``-v`` prints the traceback before that line;
+    the status is the same. Other exceptions are bugs and keep their traceback.
     """
     parser = build_parser()
     args = _parse(parser, argv)
@@ -143,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(__name__).debug("memory allocator: %s", allocator.active())
 
     def fail(message: str, status: int = 2) -> int:
+        if args.verbose:  # the traceback first; the status is the one without -v
+            traceback.print_exc(file=sys.stderr)
         print(f"attnkit {args.command}: error: {message}", file=sys.stderr)
         return status
 
@@ -154,23 +157,15 @@ def main(argv: list[str] | None = None) -> int:
         _discard_stdout()
         return 0
     except KeyboardInterrupt:
-        if args.verbose:
-            raise
         return fail("interrupted", 130)
     except (ValueError, TypeError) as err:
         # Bad input: one clear line, no traceback (use -v for the traceback).
-        if args.verbose:
-            raise
         return fail(_first_line(err))
     except OSError as err:
-        if args.verbose:
-            raise
         if err.filename is None:
             _discard_stdout()
         return fail(describe_os_error(err))
     except (RuntimeError, MemoryError) as err:
         # The last resort: torch's errors (out of memory, a device that fails) and the like.
-        if args.verbose:
-            raise
         what = "out of memory" if isinstance(err, MemoryError) else _first_line(err)
         return fail(f"{what} (run with -v for the traceback)")

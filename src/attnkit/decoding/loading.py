@@ -130,6 +130,36 @@ def model_decoding(folder: str | os.PathLike[str] | None) -> DecodingConfig:
     return DecodingConfig.from_search_settings(raw[DECODING_KEY], where)
 
 
+def model_languages(folder: str | os.PathLike[str] | None) -> tuple[str, str] | None:
+    """``(src_lang, tgt_lang)`` of a folder trained on Multi30k (None = the shipped model), as
+    its training settings say: ``config.json``'s ``"data"`` (what ``attnkit train`` writes)
+    or, failing that, the ``[data]`` table of the ``config.toml`` beside it (the shipped
+    model's). None when the folder does not say, was trained on another corpus, or has no
+    ``config.json`` yet (the loader reports that).
+
+    Raises:
+        ValueError: naming the file, for a ``config.json`` or ``config.toml`` that is not valid.
+    """
+    import tomllib
+
+    folder = resolve_model_dir(folder)
+    if not (folder / mf.CONFIG_FILE).is_file():
+        return None
+    data = mf.read_config(folder).get("data")
+    toml = folder / "config.toml"
+    if not isinstance(data, Mapping) and toml.is_file():
+        try:
+            data = tomllib.loads(toml.read_text(encoding="utf-8")).get("data")
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+            raise ValueError(f"{toml}: not a valid TOML file ({err})") from None
+    if not isinstance(data, Mapping) or data.get("corpus") != "multi30k":
+        return None
+    src, tgt = data.get("src_lang"), data.get("tgt_lang")
+    if not (isinstance(src, str) and isinstance(tgt, str)):
+        return None
+    return src, tgt
+
+
 def load_tokenizer(folder: str | os.PathLike[str]) -> SubwordTokenizer:
     """The :class:`SubwordTokenizer` in ``folder/tokenizer.json``, with errors naming it."""
     path = Path(folder) / mf.TOKENIZER_FILE

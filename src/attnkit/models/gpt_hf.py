@@ -272,7 +272,7 @@ def load_folder(
     with skip_random_init():  # the checkpoint overwrites every parameter
         model = cls(config, tokenizer=tokenizer)
     mf.load_state_dict_into(model, state, source=weights, against=config_path, dtype=dtype)
-    logger.info("loaded %s: %s parameters", folder, f"{model.num_parameters():,}")
+    logger.debug("loaded %s: %s parameters", folder, f"{model.num_parameters():,}")
     return model.to(device).eval()
 
 

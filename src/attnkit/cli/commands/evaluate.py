@@ -25,7 +25,8 @@ DESCRIPTION = """\
 Translate a test set and score it with attnkit's BLEU (equal to sacreBLEU: detokenized output,
 cased, 13a tokenization), printing the score, its signature and the decoding speed in
 sentences per second (model loading excluded). Without --model, the shipped multi30k_de_en
-model is used; without --src/--ref, Multi30k test2016 German -> English.
+model is used; without --src/--ref, Multi30k test2016 in the model's direction (German ->
+English for the shipped model and for folders that do not say).
 
 --src and --ref are UTF-8 files (.gz allowed) with one sentence a line and the same number of
 lines; either (not both) may be - for standard input. Source lines are normalised as
@@ -65,8 +66,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Multi30k split: test2016 (default), val or train; not with --src/--ref",
     )
-    parser.add_argument("--src-lang", default="de", help="Multi30k source language (default de)")
-    parser.add_argument("--tgt-lang", default="en", help="Multi30k reference language (default en)")
+    parser.add_argument(
+        "--src-lang",
+        default=None,
+        help="Multi30k source language (default: the one the model was trained on, from the "
+        "training settings in its folder; de when the folder does not say)",
+    )
+    parser.add_argument(
+        "--tgt-lang",
+        default=None,
+        help="Multi30k reference language (default: the model's; en when the folder does not "
+        "say). A direction other than the model's is refused: use --src/--ref for that",
+    )
     parser.add_argument(
         "--src", metavar="FILE", default=None, help="source sentences, one a line (- = stdin)"
     )
@@ -99,10 +110,28 @@ def _test_set(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
         corpus = load_parallel(args.src, args.ref, names=("--src", "--ref"))
         return corpus.src, corpus.tgt, f"{args.src} -> {args.ref}"
     split = args.split or "test2016"
-    corpus = load_named_corpus(
-        "multi30k", split=split, src_lang=args.src_lang, tgt_lang=args.tgt_lang
-    )
-    return corpus.src, corpus.tgt, f"multi30k {split} {args.src_lang}-{args.tgt_lang}"
+    src_lang, tgt_lang = _languages(args)
+    corpus = load_named_corpus("multi30k", split=split, src_lang=src_lang, tgt_lang=tgt_lang)
+    return corpus.src, corpus.tgt, f"multi30k {split} {src_lang}-{tgt_lang}"
+
+
+def _languages(args: argparse.Namespace) -> tuple[str, str]:
+    """The Multi30k direction to score: the model's own (its folder's training settings), or
+    de-en for a folder that does not say; --src-lang / --tgt-lang may only repeat the model's.
+    (Before, de-en was scored whatever the model translated: an en-de model got BLEU 0.1.)"""
+    from attnkit.decoding.loading import model_languages
+
+    trained = model_languages(args.model)
+    src = args.src_lang or (trained[0] if trained else "de")
+    tgt = args.tgt_lang or (trained[1] if trained else "en")
+    if trained is not None and (src, tgt) != trained:
+        model = args.model or "the shipped model"
+        raise ValueError(
+            f"--src-lang {src} --tgt-lang {tgt}: {model} was trained to translate "
+            f"{trained[0]} -> {trained[1]} (the training settings in its folder); leave both "
+            f"options out to score that direction, or give --src FILE --ref FILE"
+        )
+    return src, tgt
 
 
 def _evaluate_text(args: argparse.Namespace) -> int:
