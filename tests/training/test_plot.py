@@ -28,3 +28,36 @@ def test_plot_needs_evaluations(tmp_path, capsys):
     with pytest.raises(ValueError, match="no val_loss records"):
         plot_val_loss(metrics, tmp_path / "x.png")
     assert main([str(metrics), str(tmp_path / "x.png")]) == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [("plots", "expected a file name ending in .png"), ("val.jpg", "ending in .png"),
+     ("folder.png", "is a folder")],
+)  # fmt: skip
+def test_plot_writes_only_the_png_it_was_given(tmp_path, capsys, name, message):
+    """A name without .png became name.png beside it (printed as the name), .jpg wrote a JPEG,
+    and a folder became folder.png in its parent: all refused now, nothing written."""
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text(json.dumps({"step": 1, "val_loss": 2.0, "elapsed_sec": 1.0}) + "\n")
+    (tmp_path / "folder.png").mkdir()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(ValueError, match=message):
+        plot_val_loss(metrics, tmp_path / name)
+    assert main([str(metrics), str(tmp_path / name)]) == 2
+    assert message in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(b"\xff\xfe{}\n", "not UTF-8 text"), (b'{"step": 1}\nnot json\n', "line 2: not JSON"),
+     (b"[1, 2]\n", "line 1: expected a JSON object")],
+)  # fmt: skip
+def test_a_bad_metrics_file_is_named(tmp_path, capsys, content, message):
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_bytes(content)
+    assert main([str(metrics), str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err
+    assert str(metrics) in err and message in err
+    assert not (tmp_path / "x.png").exists()

@@ -98,9 +98,31 @@ def _json_number(value: Any) -> Any:
 
 
 def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """All records of a ``metrics.jsonl`` file."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+    """All records of a ``metrics.jsonl`` file (one JSON object a line; blank lines skipped).
+
+    Raises:
+        ValueError: naming the file (and the line), for bytes that are not UTF-8 or a line
+            that is not a JSON object.
+    """
+    name = os.fspath(path)
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{name!r}: not UTF-8 text (byte {err.start}): not a metrics.jsonl"
+        ) from None
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{name!r}: line {number}: not JSON ({err.msg})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{name!r}: line {number}: expected a JSON object, got {line[:40]!r}")
+        records.append(record)
+    return records
 
 
 def add_file_handler(path: str | os.PathLike[str]) -> logging.Handler:

@@ -30,9 +30,18 @@ def plot_val_loss(
         The PNG path.
 
     Raises:
-        ValueError: If the file has no evaluation records.
+        ValueError: If ``out_png`` does not end in ``.png`` or is a folder, or the metrics file
+            is not a metrics.jsonl or has no evaluation records.
     """
     from attnkit.extras import require
+
+    out = Path(out_png)
+    if out.suffix.lower() != ".png":
+        # matplotlib would add ".png" to a name without a suffix (writing another file than
+        # the one named) and write another format for ".jpg" and the like.
+        raise ValueError(f"{os.fspath(out_png)!r}: expected a file name ending in .png")
+    if out.is_dir():
+        raise ValueError(f"{os.fspath(out_png)!r} is a folder, expected a .png file name")
 
     require("matplotlib", extra="plot", feature="attnkit.training.plot").use("Agg")
     plt = require("matplotlib.pyplot", extra="plot", feature="attnkit.training.plot")
@@ -59,7 +68,6 @@ def plot_val_loss(
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    out = Path(out_png)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)
     plt.close(fig)
@@ -69,12 +77,14 @@ def plot_val_loss(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Plot validation loss against minutes.")
     parser.add_argument("metrics", help="a run's metrics.jsonl")
-    parser.add_argument("out", help="the PNG to write")
+    parser.add_argument(
+        "out", help="the PNG to write (a name ending in .png; its folder is created)"
+    )
     parser.add_argument("--title", default=None)
     args = parser.parse_args(argv)
     try:
         print(plot_val_loss(args.metrics, args.out, title=args.title))
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0
