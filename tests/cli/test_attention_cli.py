@@ -84,10 +84,10 @@ def test_bert_html_and_png(bert_dir, tmp_path):
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--kind", "cross"], "kind: expected one of ['encoder'] for this bert model"),
+        (["--kind", "cross"], "error: --kind: expected one of ['encoder'] for this bert model"),
         (["--target", "x"], "--target: only for translation models; this is a BERT model"),
         (["--beam", "2"], "--beam: only for translation models; this is a BERT model"),
-        (["--layer", "6"], "layer: expected 0 <= layer <= 5 (6 encoder layers), got 6"),
+        (["--layer", "6"], "error: --layer: expected 0 <= layer <= 5 (6 encoder layers), got 6"),
     ],
 )
 def test_bert_errors(bert_dir, tmp_path, capsys, extra, message):
@@ -104,8 +104,11 @@ def test_bert_errors(bert_dir, tmp_path, capsys, extra, message):
     "extra, message",
     [
         (["--out", "x.jpg"], "--out: expected a file ending in .html or .png, got 'x.jpg'"),
-        (["--out", "x.png", "--layer", "2"], "layer: expected 0 <= layer <= 1 (2 cross layers)"),
-        (["--out", "x.png", "--head", "4"], "head: expected 0 <= head <= 3 (4 heads)"),
+        (
+            ["--out", "x.png", "--layer", "2"],
+            "error: --layer: expected 0 <= layer <= 1 (2 cross layers)",
+        ),
+        (["--out", "x.png", "--head", "4"], "error: --head: expected 0 <= head <= 3 (4 heads)"),
         (["--out", "x.png", "--beam", "1025"], "--beam: expected at most 1024, got 1025"),
         (
             ["--out", "missing/x.png"],

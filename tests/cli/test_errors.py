@@ -239,7 +239,7 @@ def texts(tmp_path):
         (["-", "-r", "-"], "HYP, -r: only one of the files can be - (standard input)"),
         (
             ["{hyp}", "-r", "{ref}", "--ci", "--ci-samples", "100000000"],
-            "n_samples: 100000000 resamples of 2 lines draw 200,000,000 indices",
+            "--ci-samples: 100000000 resamples of 2 lines draw 200,000,000 indices",
         ),
     ],
 )

@@ -449,6 +449,20 @@ def test_huge_length_factor_gives_the_model_limit(model_dir, monkeypatch, capsys
     assert len(tokenizer.encode(first)) >= 20  # 23 tokens before detokenization merges any
 
 
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+def test_min_len_beyond_the_models_longest_output_is_refused(
+    model_dir, monkeypatch, capsys, command
+):
+    """--min-len 1000 ran, writing the model's 255-token limit of filler on every line; a
+    minimum the model cannot reach (max_len 24 here: 23 tokens after bos) is an error now."""
+    _stdin(monkeypatch, b"Ein Hund rennt.\n")
+    argv = [command, "--model", str(model_dir), "--min-len", "24", "--device", "cpu"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"attnkit {command}: error: --min-len: 24 tokens is more than this model" in err
+    assert "within 23 tokens (max_len=24" in err
+
+
 # --------------------------------------------------------------------------- evaluate
 
 

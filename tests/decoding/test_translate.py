@@ -295,6 +295,16 @@ def test_a_worker_error_reaches_the_caller_and_threads_are_restored(translator_p
     assert calls and torch.get_num_threads() == threads
 
 
+def test_min_len_the_model_cannot_reach_is_refused(translator_parts):
+    """max_len 16: bos and at most 15 tokens (the last one eos) - a minimum of 15 is the most."""
+    model, tokenizer, lines = translator_parts
+    config = DecodingConfig(beam_size=1, max_len_a=0, max_len_b=20, min_len=15)
+    (out,) = Translator(model, tokenizer, config).translate(lines[:1]).translations
+    assert len(tokenizer.encode(out)) >= 12  # 15 ids before detokenization merges any
+    with pytest.raises(ValueError, match=r"min_len: 16 tokens is more than this model can write"):
+        Translator(model, tokenizer, DecodingConfig(min_len=16))
+
+
 @pytest.mark.parametrize("workers", [0, -1, 1.5, True, "2"])
 def test_workers_must_be_a_positive_integer(translator_parts, workers):
     model, tokenizer, _ = translator_parts

@@ -81,6 +81,21 @@ def test_attention_command_on_a_gpt_folder(pair, tmp_path, capsys):
         )
 
 
+def test_attention_command_on_a_gpt_folder_without_a_tokenizer(pair, tmp_path, capsys):
+    """The CLI names the folder and the missing file (the library's "pass one" advice is for
+    Python callers, who can pass a tokenizer; a command-line user cannot)."""
+    import shutil
+
+    folder = tmp_path / "no_tokenizer"
+    shutil.copytree(pair[2], folder)
+    (folder / "tokenizer.json").unlink()
+    out = tmp_path / "x.html"
+    assert main(["attention", "--model", str(folder), TEXT, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--model {str(folder)!r}: no tokenizer.json" in err and "pass one" not in err
+    assert not out.exists()
+
+
 def test_attention_command_on_a_llama_folder(tmp_path):
     """A Llama folder (grouped-query attention: 4 query heads share 2 key/value heads; rotary
     positions): the viewer shows every query head, the weights Hugging Face eager returns."""

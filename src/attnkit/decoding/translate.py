@@ -297,6 +297,13 @@ class Translator:
         self.tokenizer = tokenizer
         self.config = config.with_ids(tokenizer)
         check_special_ids(model, self.config)  # the tokenizer's eos must not be the pad
+        longest = model.config.max_len - 1  # decoder positions after bos
+        if self.config.min_len > longest:
+            raise ValueError(
+                f"min_len: {self.config.min_len} tokens is more than this model can write: its "
+                f"outputs end within {longest} tokens (max_len={model.config.max_len}, one "
+                "position for bos)"
+            )
         self.batch_tokens = batch_tokens
         self.int8 = int8
         self.device = next(model.parameters()).device

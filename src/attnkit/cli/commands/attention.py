@@ -134,6 +134,11 @@ def run(args: argparse.Namespace) -> int:
         source = default_model_dir()
     loaded = load_pretrained(source)
     model_type, model, tokenizer, folder = loaded
+    if tokenizer is None:
+        raise ValueError(
+            f"--model {str(folder)!r}: no tokenizer.json; attention needs the model's tokenizer "
+            "to read TEXT"
+        )
     if loaded.is_gpt or model_type == "bert":
         what = "a GPT" if loaded.is_gpt else "a BERT"
         for flag, value in (("--target", args.target), ("--beam", args.beam)):
@@ -149,9 +154,13 @@ def run(args: argparse.Namespace) -> int:
             search=model_decoding(folder),
         )  # fmt: skip
     kind = args.kind or ("cross" if model_type == "translation" else "encoder")
-    layers = maps.num_layers(kind)  # also checks that the model has this kind
-    layer = layers - 1 if args.layer is None else args.layer
     head = args.head
+    try:  # the maps check these; their errors name the options here
+        layers = maps.num_layers(kind)  # also checks that the model has this kind
+        layer = layers - 1 if args.layer is None else args.layer
+        maps.select(kind, layer, None if head in (None, "all") else head)
+    except ValueError as err:
+        raise ValueError(_as_option(err)) from None
     where = f"{kind} layer {layer}"
 
     if suffix == ".html":
@@ -184,3 +193,13 @@ def run(args: argparse.Namespace) -> int:
     translated = "" if maps.target is None else f" (target: {maps.target})"
     print(f"wrote {out}: {where}{translated}", file=sys.stderr)
     return 0
+
+
+def _as_option(err: ValueError) -> str:
+    """The maps' ``kind: ...``, ``layer: ...`` and ``head: ...`` errors as ``--kind: ...`` and
+    so on, the names a command-line user knows."""
+    message = str(err)
+    for name in ("kind", "layer", "head"):
+        if message.startswith(f"{name}: "):
+            return f"--{message}"
+    return message

@@ -181,9 +181,15 @@ def run(args: argparse.Namespace) -> int:
 
     score = bleu_from_statistics(stats, **smoothing)
     if args.ci:
-        score = with_confidence(
-            score, stats, n_samples=args.ci_samples, seed=args.seed, **smoothing
-        )
+        try:
+            score = with_confidence(
+                score, stats, n_samples=args.ci_samples, seed=args.seed, **smoothing
+            )
+        except ValueError as err:  # the library names its argument; here it is the option
+            message = str(err)
+            if message.startswith("n_samples: "):
+                raise ValueError("--ci-samples: " + message.removeprefix("n_samples: ")) from None
+            raise
     if args.json:
         out.write(json.dumps(_json_record(score), indent=1, ensure_ascii=False) + "\n")
     else:

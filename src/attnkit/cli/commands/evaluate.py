@@ -92,7 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_decoding_arguments(parser)
-    add_progress_argument(parser)
+    add_progress_argument(parser, text=True)
 
 
 def _test_set(args: argparse.Namespace) -> tuple[list[str], list[str], str]:

@@ -118,7 +118,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--batch-size", type=batch_size, default=8, metavar="B",
         help=f"prompts generated together, 1 to {MAX_BATCH_SIZE} (default 8; changes the "
-        "speed, not greedy output)",
+        "speed, not greedy output in float32; in bfloat16 the products round differently in "
+        "another batch, and a token may change)",
     )  # fmt: skip
     parser.add_argument(
         "--dtype", choices=("float32", "bfloat16"), default="float32",

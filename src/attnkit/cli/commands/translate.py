@@ -170,12 +170,16 @@ def decoding_config(args: argparse.Namespace, defaults):
     try:
         return replace(defaults, **given, use_cache=args.use_cache)
     except ValueError as err:
-        message = str(err)
-        for field, flag in SEARCH_FLAGS.items():
-            if message.startswith(field + ":"):
-                message = flag + message[len(field) :]
-                break
-        raise ValueError(message) from None
+        raise ValueError(_as_flag(err)) from None
+
+
+def _as_flag(err: ValueError) -> str:
+    """A search setting's error (``min_len: ...``) naming its flag (``--min-len: ...``)."""
+    message = str(err)
+    for field, flag in SEARCH_FLAGS.items():
+        if message.startswith(field + ":"):
+            return flag + message[len(field) :]
+    return message
 
 
 def compute_dtype(args: argparse.Namespace, device, *, auto=None):
@@ -213,10 +217,13 @@ def build_translator(args: argparse.Namespace):
         torch.set_num_threads(args.threads)
     loaded = load_translation_model(args.model, device=device, dtype=compute_dtype(args, device))
     workers = torch.get_num_threads() if args.workers is None else args.workers
-    return Translator(
-        loaded.model, loaded.tokenizer, config, batch_tokens=args.batch_tokens, workers=workers,
-        parallel=args.parallel, int8=args.dtype == "int8",
-    )  # fmt: skip
+    try:  # it checks the settings against the model (--min-len against its longest output)
+        return Translator(
+            loaded.model, loaded.tokenizer, config, batch_tokens=args.batch_tokens,
+            workers=workers, parallel=args.parallel, int8=args.dtype == "int8",
+        )  # fmt: skip
+    except ValueError as err:
+        raise ValueError(_as_flag(err)) from None
 
 
 def translate_lines(translator, lines: list[str], *, progress: bool = True):
@@ -252,11 +259,13 @@ def translate_lines(translator, lines: list[str], *, progress: bool = True):
     return TranslationOutput(translations, truncated, limit)
 
 
-def add_progress_argument(parser: argparse.ArgumentParser) -> None:
+def add_progress_argument(parser: argparse.ArgumentParser, *, text: bool = False) -> None:
+    """``--no-progress``; ``text``: the command also scores a ``--text`` (evaluate)."""
+    also = " or a --text of 10 batches or more" if text else ""
     parser.add_argument(
         "--no-progress", action="store_true",
         help="no progress bar (shown on a terminal only, for more than 2,000 lines to "
-        "translate or a --text of 10 batches or more)",
+        f"translate{also})",
     )  # fmt: skip
 
 
