@@ -521,6 +521,9 @@ def test_padding_mask():
     assert torch.equal(padding_mask(ids, pad_id=4)[2, 0], torch.tensor([True, True, True, False]))
     with pytest.raises(ValueError, match=r"ids: expected shape \(B, T\), got \(4,\)"):
         padding_mask(ids[0], pad_id=0)
+    for bad in (None, "0", 0.0, True):  # None raised an AttributeError from inside
+        with pytest.raises(TypeError, match=f"pad_id: expected an integer token id, got {bad!r}"):
+            padding_mask(ids, pad_id=bad)
 
 
 def test_lengths_to_mask():

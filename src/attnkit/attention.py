@@ -179,6 +179,8 @@ def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
     """
     if ids.dim() != 2:
         raise ValueError(f"ids: expected shape (B, T), got {tuple(ids.shape)}")
+    if isinstance(pad_id, bool) or not isinstance(pad_id, numbers.Integral):
+        raise TypeError(f"pad_id: expected an integer token id, got {pad_id!r}")
     return (ids != pad_id).unsqueeze(1)  # (B, 1, T)
 
 

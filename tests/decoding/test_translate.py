@@ -295,6 +295,13 @@ def test_a_worker_error_reaches_the_caller_and_threads_are_restored(translator_p
     assert calls and torch.get_num_threads() == threads
 
 
+def test_n_best_is_refused_not_ignored(translator_parts):
+    """A Translator returns one translation a line; n_best=2 was accepted and ignored."""
+    model, tokenizer, _ = translator_parts
+    with pytest.raises(ValueError, match=r"n_best: 2; a Translator returns one translation a line"):
+        Translator(model, tokenizer, DecodingConfig(beam_size=3, n_best=2))
+
+
 def test_min_len_the_model_cannot_reach_is_refused(translator_parts):
     """max_len 16: bos and at most 15 tokens (the last one eos) - a minimum of 15 is the most."""
     model, tokenizer, lines = translator_parts

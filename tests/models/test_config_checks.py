@@ -135,3 +135,19 @@ def test_real_configs_pass():
     TransformerConfig()
     BertConfig.bert_base()
     transformer(ffn_dropout=0.0, dropout=0, attn_dropout=0.999, layer_norm_eps=1, pad_id=99)
+
+
+@pytest.mark.parametrize("config", [{"d_model": 16}, None, "config.json"])
+def test_models_take_their_config_objects_only(config):
+    """A dict (or None) reached the layers and failed with an AttributeError."""
+    from attnkit.models import GPT, BertModel, Transformer
+
+    for model, kind in (
+        (GPT, "GPTConfig"),
+        (Transformer, "TransformerConfig"),
+        (BertModel, "BertConfig"),
+    ):
+        with pytest.raises(
+            TypeError, match=f"config: expected a {kind}, got {type(config).__name__}"
+        ):
+            model(config)

@@ -226,6 +226,20 @@ def test_bad_input_raises():
         model.decode(torch.ones(1, 2, 3, dtype=torch.long), memory, src_mask)
     with pytest.raises(ValueError, match=r"sequence length 17 .*max_len=16"):
         model.encode(torch.ones(1, 17, dtype=torch.long))
+    # empty batches: named by the argument given (before: an error about "context")
+    src, tgt = torch.ones(2, 4, dtype=torch.long), torch.ones(2, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"tgt: expected at least one row .* got shape \(0, 3\)"):
+        model(src[:0], tgt[:0])
+    with pytest.raises(
+        ValueError, match=r"src: expected at least one sentence .* got shape \(0, 4\)"
+    ):
+        model.encode(src[:0])
+    with pytest.raises(
+        ValueError, match=r"src: expected at least one sentence .* got shape \(2, 0\)"
+    ):
+        model.encode(src[:, :0])
+    with pytest.raises(ValueError, match=r"tgt: expected at least one row .* got shape \(2, 0\)"):
+        model(src, tgt[:, :0])
 
 
 def test_forward_requires_one_target_row_per_source_row():

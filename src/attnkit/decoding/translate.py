@@ -220,7 +220,8 @@ class Translator:
             Its pad id must be the model's, its eos id another, and its vocabulary (if it
             states ``vocab_size``) must fit the model's.
         config: a :class:`DecodingConfig` (default: beam 5); its ``bos_id`` / ``eos_id``, if
-            set, must be the tokenizer's.
+            set, must be the tokenizer's; ``n_best`` must be 1 (one translation a line) and
+            ``min_len`` within the model's ``max_len - 1``.
         batch_tokens: padded source tokens per batch (sentences x longest source); a batch is
             split further when its decoder caches would take more than half the free memory.
         workers: batches decoded at once on a CPU (CTranslate2's ``inter_threads``), by the
@@ -297,6 +298,12 @@ class Translator:
         self.tokenizer = tokenizer
         self.config = config.with_ids(tokenizer)
         check_special_ids(model, self.config)  # the tokenizer's eos must not be the pad
+        if self.config.n_best != 1:  # it was accepted, and one translation came back anyway
+            raise ValueError(
+                f"n_best: {self.config.n_best}; a Translator returns one translation a line (the "
+                "best): attnkit.decoding.generate(model, src, config) returns the n best "
+                "hypotheses of every sentence"
+            )
         longest = model.config.max_len - 1  # decoder positions after bos
         if self.config.min_len > longest:
             raise ValueError(

@@ -187,6 +187,8 @@ class BertModel(nn.Module):
         pooling: Pooling | None = None,
     ) -> None:
         super().__init__()
+        if not isinstance(config, BertConfig):
+            raise TypeError(f"config: expected a BertConfig, got {type(config).__name__}")
         self.config = c = config
         self.embeddings = BertEmbeddings(c)
         self.encoder = Encoder(

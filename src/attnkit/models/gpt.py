@@ -275,6 +275,11 @@ class GPT(nn.Module):
 
     def __init__(self, config: GPTConfig, *, tokenizer=None) -> None:
         super().__init__()
+        if not isinstance(config, GPTConfig):
+            raise TypeError(
+                f"config: expected a GPTConfig, got {type(config).__name__} "
+                "(GPTConfig(**fields) or GPTConfig.llama(**fields) makes one)"
+            )
         self.config = c = config
         self.embed = nn.Embedding(c.vocab_size, c.d_model)
         self.positions: nn.Module | None = None  # added position vectors (not with RoPE)

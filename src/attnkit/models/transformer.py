@@ -104,6 +104,11 @@ class Transformer(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(
+                f"config: expected a TransformerConfig, got {type(config).__name__} "
+                "(TransformerConfig(**fields) or TransformerConfig.from_dict(d) makes one)"
+            )
         self.config = c = config
         self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.pad_id)
         self.tgt_embed = (
@@ -168,6 +173,11 @@ class Transformer(nn.Module):
                 (:func:`~attnkit.models.inputs.check_token_ids`), or longer than ``max_len``.
         """
         check_token_ids("src", src, self.config.src_vocab_size, shape="(B, S)")
+        if src.numel() == 0:  # else an error about the cross-attention's "context", later
+            raise ValueError(
+                f"src: expected at least one sentence of at least one token, got shape "
+                f"{tuple(src.shape)}"
+            )
         src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, S)
         pack = skip_padding and not return_weights
         packing = Packing.of(src_mask.squeeze(1)) if pack else None
@@ -268,6 +278,11 @@ class Transformer(nn.Module):
         """
         check_token_ids("tgt", tgt, self.config.tgt_vocab_size)
         check_token_ids("src", src, None, shape="(B, S)")  # its ids: in encode, below
+        if tgt.numel() == 0:
+            raise ValueError(
+                f"tgt: expected at least one row of at least one token, got shape "
+                f"{tuple(tgt.shape)}"
+            )
         if src.shape[0] != tgt.shape[0]:
             raise ValueError(
                 f"src, tgt: expected the same batch size, got src {tuple(src.shape)} and tgt "

@@ -6,6 +6,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from attnkit.dropout import Dropout
+from attnkit.modules._checks import check_features, check_size
 
 ACTIVATIONS = {
     "relu": nn.ReLU,
@@ -51,6 +52,9 @@ class FeedForward(nn.Module):
         gated: bool = False,
     ) -> None:
         super().__init__()
+        check_size("d_model", d_model)
+        check_size("d_ff", d_ff)
+        self.d_model = d_model
         self.gated = gated
         self.linear1 = nn.Linear(d_model, 2 * d_ff if gated else d_ff, bias=bias)
         self.activation = make_activation(activation)
@@ -59,6 +63,7 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """(..., d_model) -> (..., d_model)."""
+        check_features(x, self.d_model)
         hidden = self.linear1(x)  # (..., d_ff) or (..., 2 d_ff)
         if self.gated:
             gate, up = hidden.chunk(2, dim=-1)  # (..., d_ff) each

@@ -240,15 +240,23 @@ class MultiHeadAttention(nn.Module):
             b, t_q, _ = x.shape
         weight = self.out_proj.weight
         for name, t in (("x", x), ("context", context)):
+            if t is None:
+                continue
+            if not t.is_floating_point():
+                raise TypeError(
+                    f"{name}: expected a floating-point tensor (embeddings, hidden states), got "
+                    f"dtype {t.dtype}"
+                )
+            if t.device != weight.device:
+                raise ValueError(
+                    f"{name}: on {t.device}, the module's weights on {weight.device}; move one "
+                    f"of them ({name}.to({str(weight.device)!r}) or module.to({str(t.device)!r}))"
+                )
             # torch.is_autocast_enabled: under autocast the projections cast their inputs
-            if (
-                t is not None
-                and t.dtype != weight.dtype
-                and not torch.is_autocast_enabled(t.device.type)
-            ):
+            if t.dtype != weight.dtype and not torch.is_autocast_enabled(t.device.type):
                 raise TypeError(
                     f"{name}: dtype {t.dtype} differs from the weights' {weight.dtype}; convert "
-                    f"one of them (x.to({weight.dtype}) or module.to({t.dtype}))"
+                    f"one of them ({name}.to({weight.dtype}) or module.to({t.dtype}))"
                 )
         cross = context is not None
         group = 1  # query rows per context row

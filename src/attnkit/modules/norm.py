@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit.modules._checks import check_features, check_size
+
 __all__ = ["NORMS", "RMSNorm", "make_norm"]
 
 NORMS = ("layer", "rms")
@@ -32,12 +34,14 @@ class RMSNorm(nn.Module):
 
     def __init__(self, d_model: int, *, eps: float = 1e-6) -> None:
         super().__init__()
+        check_size("d_model", d_model)
         _check_eps(eps)
         self.weight = nn.Parameter(torch.ones(d_model))
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
         """(..., d_model) -> (..., d_model), in x's dtype (the gain cast to it: autocast)."""
+        check_features(x, self.weight.shape[0])
         weight = self.weight.to(x.dtype)
         if x.device.type == "cpu" and not torch.is_grad_enabled():
             return _rms_norm_by_layer_norm(x, weight, self.eps)
@@ -72,6 +76,7 @@ def _check_eps(eps: float) -> None:
 def make_norm(kind: str, d_model: int, *, eps: float) -> nn.Module:
     """``nn.LayerNorm`` for ``"layer"``, :class:`RMSNorm` for ``"rms"``."""
     _check_eps(eps)
+    check_size("d_model", d_model)
     if kind == "layer":
         return nn.LayerNorm(d_model, eps=eps)
     if kind == "rms":

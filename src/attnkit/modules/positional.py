@@ -9,6 +9,8 @@ import numbers
 import torch
 from torch import Tensor, nn
 
+from attnkit.modules._checks import check_size
+
 
 def _check_input(x: Tensor, offset: int, max_len: int, d_model: int) -> None:
     """x (B, T, d_model) and the first position ``offset`` fit the encoding, or a ValueError
@@ -16,6 +18,10 @@ def _check_input(x: Tensor, offset: int, max_len: int, d_model: int) -> None:
     if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
         shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"x: expected shape (B, T, {d_model}), got {shape}")
+    if not x.is_floating_point():  # an integer x would truncate the encoding to integers
+        raise TypeError(
+            f"x: expected a floating-point tensor (token embeddings), got dtype {x.dtype}"
+        )
     if isinstance(offset, bool) or not isinstance(offset, numbers.Integral) or offset < 0:
         raise ValueError(f"offset: expected an integer >= 0 (the first position), got {offset!r}")
     length = x.shape[1]
@@ -38,8 +44,14 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int, max_len: int = 1024) -> None:
         super().__init__()
-        if d_model <= 0 or d_model % 2:
-            raise ValueError(f"d_model: expected a positive even number, got {d_model}")
+        if (
+            isinstance(d_model, bool)
+            or not isinstance(d_model, numbers.Integral)
+            or d_model <= 0
+            or d_model % 2
+        ):
+            raise ValueError(f"d_model: expected a positive even number, got {d_model!r}")
+        check_size("max_len", max_len)
         self.max_len = max_len
         position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (T, 1)
         div = torch.exp(
@@ -66,6 +78,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, max_len: int, d_model: int) -> None:
         super().__init__()
+        check_size("max_len", max_len)
+        check_size("d_model", d_model)
         self.max_len = max_len
         self.embedding = nn.Embedding(max_len, d_model)
 
