@@ -5,7 +5,7 @@ batch (batches of different lengths). glibc's malloc returns large freed blocks 
 and maps them again, so the step spends its time in page faults that zero fresh pages (they
 showed up as ``memset`` and ``memcpy`` in a profile of the run), and its resident memory
 fragments and grows (9.9 GB after 37 minutes of the Multi30k config). mimalloc keeps freed
-memory for reuse: the translator's 57-minute run made 1.47x the steps at a lower peak
+memory for reuse: the translator's 57-minute run made 1.44-1.58x the steps at a lower peak
 (docs/benchmarks.md, "Training throughput", and ``benchmarks/allocator.py``).
 
 An allocator is chosen before a process starts (``LD_PRELOAD``), so :func:`preload_env` says

@@ -55,9 +55,20 @@ def test_plot_writes_only_the_png_it_was_given(tmp_path, capsys, name, message):
      (b"[1, 2]\n", "line 1: expected a JSON object")],
 )  # fmt: skip
 def test_a_bad_metrics_file_is_named(tmp_path, capsys, content, message):
+    """(A last line without its newline, cut short by a kill, is dropped instead: below.)"""
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_bytes(content)
     assert main([str(metrics), str(tmp_path / "x.png")]) == 2
     err = capsys.readouterr().err
     assert str(metrics) in err and message in err
     assert not (tmp_path / "x.png").exists()
+
+
+def test_a_last_line_cut_short_by_a_kill_is_dropped(tmp_path):
+    from attnkit.training.metrics_log import read_metrics
+
+    metrics = tmp_path / "metrics.jsonl"
+    whole = json.dumps({"step": 1, "val_loss": 2.0, "elapsed_sec": 1.0}) + "\n"
+    metrics.write_text(whole + '{"step": 2, "val_lo')
+    assert read_metrics(metrics) == [json.loads(whole)]
+    assert main([str(metrics), str(tmp_path / "x.png")]) == 0

@@ -98,7 +98,8 @@ def _json_number(value: Any) -> Any:
 
 
 def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """All records of a ``metrics.jsonl`` file (one JSON object a line; blank lines skipped).
+    """All records of a ``metrics.jsonl`` file (one JSON object a line; blank lines skipped,
+    and a last line cut short by a kill, which has no newline, as a resumed run drops it).
 
     Raises:
         ValueError: naming the file (and the line), for bytes that are not UTF-8 or a line
@@ -106,11 +107,12 @@ def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """
     name = os.fspath(path)
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise ValueError(
             f"{name!r}: not UTF-8 text (byte {err.start}): not a metrics.jsonl"
         ) from None
+    lines = text.splitlines()
     records = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -118,6 +120,8 @@ def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
+            if number == len(lines) and not text.endswith("\n"):  # cut short by a kill
+                break
             raise ValueError(f"{name!r}: line {number}: not JSON ({err.msg})") from None
         if not isinstance(record, dict):
             raise ValueError(f"{name!r}: line {number}: expected a JSON object, got {line[:40]!r}")
