@@ -666,3 +666,27 @@ def test_importing_model_folder_loads_no_model_code():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_outputs_never_go_inside_a_model_folder_or_a_runs_kept_checkpoints(tmp_path):
+    """`train --out RUN/last/x` and `average ... --out RUN/best/sub` were accepted: the run
+    then could not resume (its `last` held a stray folder) or save its next `best`."""
+    from attnkit.model_folder import CONFIG_FILE, WEIGHTS_FILE, check_outside_models
+
+    run = tmp_path / "run"
+    for name in ("last", "best"):
+        (run / name).mkdir(parents=True)
+        (run / name / CONFIG_FILE).write_text("{}")
+        (run / name / WEIGHTS_FILE).write_bytes(b"")
+    (run / "steps").mkdir()
+    for out, where in [
+        (run / "last" / "x", "inside the model folder"),
+        (run / "best" / "a" / "b", "inside the model folder"),
+        (run / "steps" / "mine", "inside .*, the checkpoints a run keeps"),
+    ]:
+        with pytest.raises(ValueError, match=f"--out '{out}': {where}"):
+            check_outside_models(out, "--out")
+    for fine in (run / "averaged", tmp_path / "other", run / "last"):  # beside, not inside
+        check_outside_models(fine, "--out")
+    lonely = tmp_path / "steps" / "x"  # a folder called steps that is not a run's
+    check_outside_models(lonely, "--out")

@@ -605,6 +605,28 @@ def _unrecognised(folder: Path, extra: frozenset[str]) -> str | None:
     )
 
 
+def check_outside_models(path: str | os.PathLike[str], what: str) -> None:
+    """Raises a ValueError naming ``path`` when a folder above it is a model folder (a
+    ``config.json`` beside a ``model.safetensors``: a run's ``last`` or ``best``, a kept or
+    averaged checkpoint, a shipped or downloaded model) or a run's kept checkpoints
+    (``steps/`` beside ``last`` or ``best``). A folder written there is a stray entry in it:
+    the run that owns it could no longer resume (``last`` unreadable) or save (``best`` not
+    replaceable), and a model folder would hold files that are not its own."""
+    target = Path(path).resolve()
+    for parent in target.parents:
+        if (parent / CONFIG_FILE).is_file() and (parent / WEIGHTS_FILE).is_file():
+            raise ValueError(
+                f"{what} {os.fspath(path)!r}: inside the model folder {os.fspath(parent)!r}, "
+                "which must hold its own files only (a run could no longer resume or save it); "
+                "choose a folder outside it"
+            )
+        if parent.name == "steps" and any((parent.parent / n).is_dir() for n in RUN_MODELS):
+            raise ValueError(
+                f"{what} {os.fspath(path)!r}: inside {os.fspath(parent)!r}, the checkpoints a "
+                "run keeps for `attnkit average`; choose a folder outside it"
+            )
+
+
 def check_replaceable(
     folder: str | os.PathLike[str], *, what: str = "output folder", extra_files: Iterable[str] = ()
 ) -> None:

@@ -114,6 +114,9 @@ def _snapshot(folder):
         ("steps/step_0000007/sub", r"one of the run's own checkpoints"),
         ("steps/step_0000002", r"one of the run's own checkpoints"),
         ("steps/new", r"one of the run's own checkpoints"),
+        # inside a checkpoint: the run could no longer resume (last) or save (best)
+        ("last/avg", r"inside the model folder .*last'"),
+        ("best/inner/deeper", r"inside the model folder .*best'"),
     ],
 )
 def test_out_never_lands_on_the_run_or_its_checkpoints(run_dir, out, message):

@@ -82,6 +82,18 @@ def test_cli_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
     assert snapshot(folder) == before
 
 
+def test_a_new_run_is_never_made_inside_a_checkpoint(tmp_path):
+    """`train --out OTHER_RUN/last/x` made a run there, and OTHER_RUN could not resume."""
+    last = tmp_path / "other" / "last"
+    last.mkdir(parents=True)
+    (last / "config.json").write_text("{}")
+    (last / "model.safetensors").write_bytes(b"")
+    before = snapshot(tmp_path / "other")
+    with pytest.raises(RunFolderError, match=r"inside the model folder .*other/last'"):
+        RunFolder(last / "x").open_new()
+    assert snapshot(tmp_path / "other") == before
+
+
 def test_a_file_is_no_run_folder(tmp_path):
     path = tmp_path / "file"
     path.write_text("x")

@@ -81,6 +81,7 @@ def check_export_target(out: Path, *, source: Path | None = None) -> None:
     empty folder, or an earlier attnkit export (never ``source``, the model being exported)."""
     if source is not None and out.exists() and out.resolve() == source.resolve():
         raise ValueError(f"--out {os.fspath(out)!r}: the model folder itself; give a new folder")
+    mf.check_outside_models(out, "--out")
     reason = _unrecognised(out)
     if reason is not None:
         raise ValueError(

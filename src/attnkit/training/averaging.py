@@ -75,6 +75,7 @@ def check_output(
                 f"--out {os.fspath(out)!r}: one of the run's own checkpoints (last, best, "
                 f"{STEPS_DIR}/); averaging never writes there (default: RUN/averaged)"
             )
+    mf.check_outside_models(out, "--out")  # another run's checkpoints, a shipped model
     for folder in folders:
         source = Path(folder).resolve()
         if _inside(target, source) or _inside(source, target):

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from attnkit.model_folder import TOKENIZER_FILE, is_attnkit_folder
+from attnkit.model_folder import TOKENIZER_FILE, check_outside_models, is_attnkit_folder
 from attnkit.training.checkpoint import find_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -199,6 +199,10 @@ class RunFolder:
 
     def _refuse_unless_empty(self) -> None:
         path = self.path
+        try:
+            check_outside_models(path, "--out")
+        except ValueError as err:
+            raise RunFolderError(str(err)) from None
         if not path.exists():
             return
         if not path.is_dir():
