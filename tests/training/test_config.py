@@ -157,7 +157,25 @@ def test_optim_and_data_validation():
     with pytest.raises(ValueError, match=r"train_src and train_tgt must name files"):
         DataConfig(corpus="")
     with pytest.raises(ValueError, match=r"give both or neither"):
-        DataConfig(val_src="a.txt")
+        DataConfig(corpus="", train_src="a", train_tgt="b", val_src="a.txt")
+    # files beside a named corpus were ignored (it trained on the corpus): refused now
+    for key in ("train_src", "train_tgt", "val_src", "val_tgt"):
+        with pytest.raises(
+            ValueError, match=rf"data.{key}='x.txt': your own files are read only with corpus"
+        ):
+            DataConfig(**{key: "x.txt"})
+
+
+def test_best_metric_val_bleu_needs_bleu():
+    """It was accepted with val_bleu off, and the run died at its first evaluation, unsaved."""
+    from tests.helpers.training import fast_config
+
+    with pytest.raises(ValueError, match=r"optim.best_metric='val_bleu' needs optim.val_bleu=true"):
+        fast_config('optim.best_metric="val_bleu"', "optim.val_bleu=false")
+    assert (
+        fast_config('optim.best_metric="val_bleu"', "optim.val_bleu=true").optim.best_metric
+        == "val_bleu"
+    )
 
 
 @pytest.mark.parametrize("corpus", ["foo", "Multi30k", "copy ", "shakespeare"])

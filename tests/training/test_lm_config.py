@@ -70,6 +70,16 @@ def test_round_trips_through_toml_and_dict(tmp_path):
             r"data.context_length=65 exceeds model.context_length=64",
         ),
         ('task = "lm"\n[optim]\nval_bleu = true\n', r"BLEU is for translation"),
+        # both were accepted: the first evaluation ended the run unsaved / the file was ignored
+        (
+            'task = "lm"\n[optim]\nbest_metric = "val_bleu"\n',
+            r"optim.best_metric='val_bleu': BLEU is for translation",
+        ),
+        (
+            'task = "lm"\n[data]\ntrain_file = "mine.txt"\n',
+            r"data.train_file='mine.txt': your own text is read only with corpus = \"\" \(here corpus = 'shakespeare'\)",
+        ),
+        ('task = "lm"\n[data]\nval_file = "v.txt"\n', r"data.val_file='v.txt': your own text"),
         ('task = "lm"\n[optim]\nschedule = "linear"\n', r"optim.schedule: expected one of"),
         ('task = "lm"\n[optim]\nmin_lr = 0.1\npeak_lr = 0.01\n', r"optim.min_lr: expected a"),
     ],
@@ -122,7 +132,8 @@ def test_resume_may_change_what_keeps_weights_and_tokenizer(item, allowed):
     # The saved config has the tokenizer's keys filled in; a new one does not: no conflict.
     saved.model.vocab_size, saved.model.bos_token_id = 70, 0
     try:
-        new = tiny_lm_config(item, "data.train_file=x.txt")
+        # a train_file beside a named corpus is refused (it was ignored): only with corpus ""
+        new = tiny_lm_config(item, *(["data.train_file=x.txt"] if "corpus" in item else []))
     except ValueError:
         pytest.fail(item)
     new.data.train_file = saved.data.train_file if "corpus" not in item else "x.txt"

@@ -194,3 +194,11 @@ def test_long_pairs_are_skipped_and_counted(tmp_path, caplog):
     assert "skipped as longer than max_len=6" in caplog.text
     line = next(m for m in caplog.messages if m.startswith("train:"))
     assert int(line.split(" pairs kept, ")[1].split()[0]) > 0
+
+
+def test_the_progress_bar_is_for_terminals_only(tmp_path, capfd):
+    """A run whose standard error went to a file got the bar's redraws between its log lines
+    (translate and evaluate already showed theirs on a terminal only)."""
+    train(fast_config("optim.max_steps=3"), tmp_path / "run", progress=True)
+    err = capfd.readouterr().err
+    assert "\r" not in err and "step/s" not in err and "s/step" not in err

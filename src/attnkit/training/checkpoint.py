@@ -27,6 +27,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -182,9 +183,16 @@ def load_resume_state(folder: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # EOFError, UnpicklingError, RuntimeError, BadZipFile, ...
+        # torch's own message for a file it cannot unpickle safely advises weights_only=False,
+        # which would run whatever the file holds: not advice to pass on for a damaged file.
+        if isinstance(err, pickle.UnpicklingError):
+            why = "UnpicklingError: not a file torch.save wrote, or not only tensors and plain data"
+        else:
+            lines = str(err).strip().splitlines() or [""]
+            why = f"{type(err).__name__}: {lines[0][:200]}"
         raise ValueError(
-            f"{path}: not a readable resume state ({type(err).__name__}: {err}); the checkpoint "
-            "is damaged: restore the file, or start a new run from its weights"
+            f"{path}: not a readable resume state ({why}); the checkpoint is damaged: restore "
+            "the file, or start a new run from its weights"
         ) from None
     if not isinstance(state, dict):
         raise ValueError(f"{path}: expected a dict of training states, got {type(state).__name__}")

@@ -112,6 +112,13 @@ class DataConfig:
         self._check_named_corpus()
         if not self.corpus and not (self.train_src and self.train_tgt):
             raise ValueError('data: with corpus = "" both train_src and train_tgt must name files')
+        for key in ("train_src", "train_tgt", "val_src", "val_tgt"):
+            if self.corpus and getattr(self, key):  # it would be ignored, the corpus trained on
+                raise ValueError(
+                    f"data.{key}={getattr(self, key)!r}: your own files are read only with "
+                    f'corpus = "" (here corpus = {self.corpus!r}); set data.corpus = "" to train '
+                    f"on them, or leave {key} out"
+                )
         if bool(self.val_src) != bool(self.val_tgt):
             raise ValueError(
                 f"data: val_src={self.val_src!r} and val_tgt={self.val_tgt!r}: give both or neither"
@@ -239,6 +246,11 @@ class TrainConfig:
 
     def _check_translation(self) -> None:
         m, d = self.model, self.data
+        if self.optim.best_metric == "val_bleu" and not self.optim.val_bleu:
+            raise ValueError(  # else the first evaluation ends the run, before any checkpoint
+                "optim.best_metric='val_bleu' needs optim.val_bleu=true (BLEU is computed only "
+                "then); or use 'val_loss' or 'auto'"
+            )
         # The model checks its own fields; built once more at the data's vocabulary size, it
         # also refuses a vocabulary that would make it too large before a tokenizer is trained.
         try:

@@ -478,7 +478,9 @@ class Trainer:
             file=sys.stderr,
             dynamic_ncols=True,
             mininterval=1.0,
-            disable=not (self.progress and info.is_main),
+            # None: shown only when standard error is a terminal (as translate's and evaluate's
+            # bars), so that a log redirected to a file holds no bar redraws
+            disable=None if self.progress and info.is_main else True,
         )
         self.model.train()
         stop = self.budget.stop_reason(s.step, self.position.epochs_done)

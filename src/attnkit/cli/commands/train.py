@@ -124,7 +124,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "only if it should end within M; 0 = no time limit (overrides optim.max_minutes)",
     )
     parser.add_argument(
-        "--no-progress", action="store_true", help="no progress bar (the log still records)"
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (shown on a terminal only; the log still records)",
     )
 
 
