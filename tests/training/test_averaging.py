@@ -84,7 +84,7 @@ def test_cli_averages_and_reports_errors(run_dir, tmp_path):
     assert "averaged 2 checkpoints (step_0000006, step_0000007)" in done.stdout
     assert (tmp_path / "avg2" / "model.safetensors").is_file()
     too_many = _cli(run_dir, "--last", "9")
-    assert too_many.returncode == 2 and "kept only 3 checkpoints" in too_many.stderr
+    assert too_many.returncode == 2 and "kept only 3 checkpoints; give --last 3" in too_many.stderr
     none = _cli(tmp_path, "--last", "2")
     assert none.returncode == 2 and "keep_checkpoints" in none.stderr
 

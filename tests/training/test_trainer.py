@@ -202,3 +202,24 @@ def test_the_progress_bar_is_for_terminals_only(tmp_path, capfd):
     train(fast_config("optim.max_steps=3"), tmp_path / "run", progress=True)
     err = capfd.readouterr().err
     assert "\r" not in err and "step/s" not in err and "s/step" not in err
+
+
+def test_an_interrupt_is_logged_with_the_step_a_resume_continues_from(tmp_path, monkeypatch):
+    """Ctrl-C left train.log ending at the last evaluation, saying nothing of what was kept."""
+    calls = []
+    original = Trainer._train_step
+
+    def step_then_interrupt(self, batches):
+        calls.append(1)
+        if len(calls) == 6:
+            raise KeyboardInterrupt
+        return original(self, batches)
+
+    monkeypatch.setattr(Trainer, "_train_step", step_then_interrupt)
+    run = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        train(fast_config("optim.max_steps=20", "optim.save_every=2"), run, progress=False)
+    log = (run / "train.log").read_text(encoding="utf-8").splitlines()
+    assert log[-1].endswith(
+        f"interrupted; the last checkpoint is step 4: continue with attnkit train --resume {run}"
+    )

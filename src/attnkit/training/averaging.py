@@ -172,7 +172,10 @@ def average_run(
             "(train with --set optim.keep_checkpoints=N)"
         )
     if len(found) < last:
-        raise ValueError(f"--last {last}: {os.fspath(run)} kept only {len(found)} checkpoints")
+        raise ValueError(
+            f"--last {last} (5 when not given): {os.fspath(run)} kept only {len(found)} "
+            f"checkpoints; give --last {len(found)} or fewer"
+        )
     chosen = found[-last:]
     out = run / "averaged" if out is None else Path(out)
     return average_checkpoints(chosen, out, run=run), chosen

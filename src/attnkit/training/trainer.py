@@ -462,8 +462,28 @@ class Trainer:
         self.setup()
         try:
             return self._fit()
+        except KeyboardInterrupt:  # logged while train.log still receives the log
+            self._log_interrupted()
+            raise
         finally:
             self.close()
+
+    def _log_interrupted(self) -> None:
+        """One line on Ctrl-C: the step a ``--resume`` continues from (the steps after it are
+        trained again), or that there is nothing to resume."""
+        last = self.folder.last_checkpoint()
+        if last is None:
+            logger.info("interrupted before the first checkpoint: nothing to resume")
+            return
+        try:
+            step = ckpt.read_state(last)["step"]
+        except (ValueError, KeyError):
+            step = "?"
+        logger.info(
+            "interrupted; the last checkpoint is step %s: continue with attnkit train --resume %s",
+            step,
+            os.fspath(self.out_dir),
+        )
 
     def _fit(self) -> TrainResult:
         o, s, info = self.config.optim, self.state, self.run.info

@@ -25,11 +25,15 @@ The run folder OUT receives:
   metrics.jsonl   one JSON object per logging step (step, epoch, train_loss, lr,
                   tokens_per_sec, elapsed_sec) and per evaluation (val_loss, val_ppl; for a
                   language model also val_nats_per_char and val_bits_per_char)
-  train.log       the log (a language model writes a generated sample at each evaluation)
-  config.toml     the resolved config
+  train.log       the log (a language model writes a generated sample at each evaluation;
+                  a Ctrl-C logs the step a --resume continues from)
+  tokenizer.json  the tokenizer, trained (or built) before the first step
+  config.toml     the resolved config (written with the first checkpoint)
   last/, best/    checkpoints: model.safetensors, config.json, tokenizer.json, state.json
                   (+ resume.pt in last/), written atomically; a language model's are GPT-2
                   folders that `attnkit generate --model` and Hugging Face read
+  steps/          the weights of the last optim.keep_checkpoints saves (step_NNNNNNN/), for
+                  `attnkit average` (0 keeps none)
   .attnkit.lock   held while a process writes the run: a second train or --resume into the
                   same folder is refused; a killed run's lock is released by the system
 
@@ -181,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     config, out = _config(args)
     trainer = Trainer(config, out, resume=bool(args.resume), progress=not args.no_progress)
     try:
-        result = trainer.fit()
+        result = trainer.fit()  # a Ctrl-C is logged there, with the step --resume continues from
     finally:
         close_distributed()
     logging.getLogger(__name__).info(
