@@ -78,6 +78,9 @@ def test_unknown_section_and_keys_list_the_known_ones(tmp_path):
         ("model.dropout", r"expected section.key=value"),
         ("dropout=0.3", r"expected section.key=value"),
         ("optim.max_steps=abc", r"'abc' is not a TOML value"),
+        # a documented key, but not one --set can change: said so (it was "section.key=value")
+        ("task=lm", r"the task is set at the top of the config file"),
+        ('task="lm"', r"the task is set at the top of the config file"),
     ],
 )
 def test_bad_override_syntax(item, message):

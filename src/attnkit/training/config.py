@@ -457,6 +457,12 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[st
     for item in overrides:
         target, sep, text = item.partition("=")
         section, dot, key = target.strip().partition(".")
+        if sep and target.strip() == "task":  # it decides which sections the file may have
+            raise ValueError(
+                f"--set {item!r}: the task is set at the top of the config file (task = "
+                '"lm" or "translation"), since it decides the [model] and [data] keys; start '
+                "from a config of that task (configs/)"
+            )
         if not sep or not dot or not section or not key:
             raise ValueError(f"--set {item!r}: expected section.key=value, e.g. model.dropout=0.3")
         if section not in SECTIONS:
