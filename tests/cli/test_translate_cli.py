@@ -119,7 +119,10 @@ def test_evaluate_json_on_files(model_dir, expected, tmp_path, capsys):
     assert out[2].endswith("(beam 2, length penalty 1, cpu)")
 
 
-def test_evaluate_named_split(model_dir, monkeypatch, capsys):
+@pytest.fixture
+def corpus_calls(monkeypatch):
+    """``load_named_corpus`` replaced by a one-pair corpus; the list of its calls'
+    (name, split, src_lang, tgt_lang)."""
     import attnkit.data
 
     calls = []
@@ -129,6 +132,11 @@ def test_evaluate_named_split(model_dir, monkeypatch, capsys):
         return attnkit.data.ParallelCorpus(src=["Ein Hund."], tgt=["A dog."])
 
     monkeypatch.setattr(attnkit.data, "load_named_corpus", small_corpus)
+    return calls
+
+
+def test_evaluate_named_split(model_dir, corpus_calls, capsys):
+    calls = corpus_calls
     assert main(["evaluate", "--model", str(model_dir), "--json", *FAST]) == 0
     assert calls == [("multi30k", "test2016", "de", "en")]
     assert json.loads(capsys.readouterr().out)["sentences"] == 1
@@ -138,25 +146,17 @@ def test_evaluate_named_split(model_dir, monkeypatch, capsys):
 
 
 def test_evaluate_scores_the_direction_the_model_was_trained_on(
-    model_dir, monkeypatch, capsys, tmp_path
+    model_dir, corpus_calls, capsys, tmp_path
 ):
     """A folder that says it was trained en -> de (``attnkit train`` writes ``"data"`` into
     config.json) is scored en -> de without flags; asking for de -> en is refused, naming both
     directions (before: de -> en was scored, BLEU near 0, exit status 0)."""
-    import attnkit.data
-
     model, tokenizer, _ = loading.load_translation_model(model_dir)
     data = {"corpus": "multi30k", "src_lang": "en", "tgt_lang": "de"}
     en_de = save_translation_model(
         tmp_path / "en_de", model, tokenizer, extra_config={"data": data}
     )
-    calls = []
-
-    def small_corpus(name, split, src_lang, tgt_lang):
-        calls.append((name, split, src_lang, tgt_lang))
-        return attnkit.data.ParallelCorpus(src=["A dog."], tgt=["Ein Hund."])
-
-    monkeypatch.setattr(attnkit.data, "load_named_corpus", small_corpus)
+    calls = corpus_calls
     assert main(["evaluate", "--model", str(en_de), "--json", *FAST]) == 0
     assert calls == [("multi30k", "test2016", "en", "de")]
     assert json.loads(capsys.readouterr().out)["test_set"] == "multi30k test2016 en-de"
