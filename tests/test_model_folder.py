@@ -676,7 +676,7 @@ def test_outputs_never_go_inside_a_model_folder_or_a_runs_kept_checkpoints(tmp_p
     run = tmp_path / "run"
     for name in ("last", "best"):
         (run / name).mkdir(parents=True)
-        (run / name / CONFIG_FILE).write_text("{}")
+        (run / name / CONFIG_FILE).write_text('{"model": {}}')  # attnkit's layout
         (run / name / WEIGHTS_FILE).write_bytes(b"")
     (run / "steps").mkdir()
     for out, where in [
@@ -690,3 +690,10 @@ def test_outputs_never_go_inside_a_model_folder_or_a_runs_kept_checkpoints(tmp_p
         check_outside_models(fine, "--out")
     lonely = tmp_path / "steps" / "x"  # a folder called steps that is not a run's
     check_outside_models(lonely, "--out")
+    # another tool's model folder (a Hugging Face repository with a project inside) is not
+    # attnkit's to guard
+    hf = tmp_path / "hf_repo"
+    hf.mkdir()
+    (hf / CONFIG_FILE).write_text('{"model_type": "bert"}')
+    (hf / WEIGHTS_FILE).write_bytes(b"")
+    check_outside_models(hf / "runs" / "de_en", "--out")

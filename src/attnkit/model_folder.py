@@ -605,16 +605,30 @@ def _unrecognised(folder: Path, extra: frozenset[str]) -> str | None:
     )
 
 
+def _written_by_attnkit(folder: Path) -> bool:
+    """A model folder attnkit wrote, whatever else it now holds: weights with attnkit's writer
+    mark, or a ``config.json`` with attnkit's ``"model"`` section."""
+    weights = folder / WEIGHTS_FILE
+    if not ((folder / CONFIG_FILE).is_file() and weights.is_file()):
+        return False
+    try:
+        if weights_metadata(weights).get(WRITER_KEY) == WRITER:
+            return True
+        return isinstance(read_json(folder / CONFIG_FILE).get("model"), Mapping)
+    except (ValueError, OSError):  # unreadable: not one to protect by this rule
+        return False
+
+
 def check_outside_models(path: str | os.PathLike[str], what: str) -> None:
-    """Raises a ValueError naming ``path`` when a folder above it is a model folder (a
-    ``config.json`` beside a ``model.safetensors``: a run's ``last`` or ``best``, a kept or
-    averaged checkpoint, a shipped or downloaded model) or a run's kept checkpoints
-    (``steps/`` beside ``last`` or ``best``). A folder written there is a stray entry in it:
-    the run that owns it could no longer resume (``last`` unreadable) or save (``best`` not
-    replaceable), and a model folder would hold files that are not its own."""
+    """Raises a ValueError naming ``path`` when a folder above it is a model folder attnkit
+    wrote (a run's ``last`` or ``best``, a kept or averaged checkpoint, a shipped model) or a
+    run's kept checkpoints (``steps/`` beside ``last`` or ``best``). A folder written there is
+    a stray entry in it: the run that owns it could no longer resume (``last`` unreadable) or
+    save (``best`` not replaceable). Folders of other tools (a Hugging Face model repository
+    with a project inside) are not attnkit's to guard."""
     target = Path(path).resolve()
     for parent in target.parents:
-        if (parent / CONFIG_FILE).is_file() and (parent / WEIGHTS_FILE).is_file():
+        if _written_by_attnkit(parent):
             raise ValueError(
                 f"{what} {os.fspath(path)!r}: inside the model folder {os.fspath(parent)!r}, "
                 "which must hold its own files only (a run could no longer resume or save it); "

@@ -99,6 +99,7 @@ def test_verbose_gives_the_traceback_and_the_same_status(monkeypatch, capsys, er
         assert err.startswith("Traceback (most recent call last):"), err
         assert f"{type(error).__name__}: boom" in err
         assert err.splitlines()[-1].startswith("attnkit walkthrough: error: ")
+        assert "run with -v" not in err  # the advice is for runs without it
     assert main(["walkthrough"]) == status  # and no traceback when absent from both places
     assert "Traceback" not in capsys.readouterr().err
 

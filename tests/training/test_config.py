@@ -161,24 +161,37 @@ def test_optim_and_data_validation():
         DataConfig(corpus="")
     with pytest.raises(ValueError, match=r"give both or neither"):
         DataConfig(corpus="", train_src="a", train_tgt="b", val_src="a.txt")
-    # files beside a named corpus were ignored (it trained on the corpus): refused now
-    for key in ("train_src", "train_tgt", "val_src", "val_tgt"):
-        with pytest.raises(
-            ValueError, match=rf"data.{key}='x.txt': your own files are read only with corpus"
-        ):
-            DataConfig(**{key: "x.txt"})
 
 
-def test_best_metric_val_bleu_needs_bleu():
-    """It was accepted with val_bleu off, and the run died at its first evaluation, unsaved."""
+def test_a_new_run_refuses_what_would_end_it_unsaved_or_be_ignored(tmp_path):
+    """best_metric 'val_bleu' without BLEU was accepted, and the run died at its first
+    evaluation, unsaved; files beside a named corpus were accepted and ignored. Both are
+    refused by a run about to start, before its folder is made; a saved config that has them
+    still reads back (runs saved before the checks resume and average), and a resumed run is
+    not held to the files rule (it keeps the data it was saved with)."""
+    from attnkit.training.trainer import Trainer
+    from tests.helpers.lm import tiny_lm_config
     from tests.helpers.training import fast_config
 
-    with pytest.raises(ValueError, match=r"optim.best_metric='val_bleu' needs optim.val_bleu=true"):
-        fast_config('optim.best_metric="val_bleu"', "optim.val_bleu=false")
-    assert (
-        fast_config('optim.best_metric="val_bleu"', "optim.val_bleu=true").optim.best_metric
-        == "val_bleu"
-    )
+    cases = [
+        (fast_config('optim.best_metric="val_bleu"', "optim.val_bleu=false"),
+         r"optim.best_metric='val_bleu': it needs optim.val_bleu=true"),
+        (tiny_lm_config('optim.best_metric="val_bleu"', "optim.max_steps=2"),
+         r"optim.best_metric='val_bleu': BLEU is for translation, not task = 'lm'"),
+        (fast_config('data.corpus="multi30k"', 'data.val_src="x.de"', 'data.val_tgt="x.en"'),
+         r"data.val_src='x.de': your own files are read only with corpus = \"\" \(here corpus = 'multi30k'\)"),
+        (tiny_lm_config('data.corpus="shakespeare"', 'data.train_file="mine.txt"', "optim.max_steps=2"),
+         r"data.train_file='mine.txt': your own files are read only with corpus"),
+    ]  # fmt: skip
+    for config, message in cases:  # each config read without complaint, refused at the start
+        with pytest.raises(ValueError, match=message):
+            Trainer(config, tmp_path / "run")
+        assert not (tmp_path / "run").exists()
+        TrainConfig.from_dict(config.to_dict(), allow_tokenizer_keys=True)  # as a saved one is read
+    files = cases[2][0]
+    files.check_new_run(resumed=True)  # resumed: the data was fixed when the run was saved
+    ok = fast_config('optim.best_metric="val_bleu"', "optim.val_bleu=true")
+    ok.check_new_run()
 
 
 @pytest.mark.parametrize("corpus", ["foo", "Multi30k", "copy ", "shakespeare"])

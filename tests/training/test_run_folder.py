@@ -86,7 +86,7 @@ def test_a_new_run_is_never_made_inside_a_checkpoint(tmp_path):
     """`train --out OTHER_RUN/last/x` made a run there, and OTHER_RUN could not resume."""
     last = tmp_path / "other" / "last"
     last.mkdir(parents=True)
-    (last / "config.json").write_text("{}")
+    (last / "config.json").write_text('{"model": {}}')  # attnkit's translation layout
     (last / "model.safetensors").write_bytes(b"")
     before = snapshot(tmp_path / "other")
     with pytest.raises(RunFolderError, match=r"inside the model folder .*other/last'"):

@@ -169,4 +169,4 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, MemoryError) as err:
         # The last resort: torch's errors (out of memory, a device that fails) and the like.
         what = "out of memory" if isinstance(err, MemoryError) else _first_line(err)
-        return fail(f"{what} (run with -v for the traceback)")
+        return fail(what if args.verbose else f"{what} (run with -v for the traceback)")

@@ -173,8 +173,8 @@ def average_run(
         )
     if len(found) < last:
         raise ValueError(
-            f"--last {last} (5 when not given): {os.fspath(run)} kept only {len(found)} "
-            f"checkpoints; give --last {len(found)} or fewer"
+            f"--last {last}: {os.fspath(run)} kept only {len(found)} checkpoints; give "
+            f"--last {len(found)} or fewer (`attnkit average` takes 5 without --last)"
         )
     chosen = found[-last:]
     out = run / "averaged" if out is None else Path(out)

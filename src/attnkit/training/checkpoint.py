@@ -186,7 +186,15 @@ def load_resume_state(folder: str | os.PathLike[str]) -> dict[str, Any]:
         # torch's own message for a file it cannot unpickle safely advises weights_only=False,
         # which would run whatever the file holds: not advice to pass on for a damaged file.
         if isinstance(err, pickle.UnpicklingError):
-            why = "UnpicklingError: not a file torch.save wrote, or not only tensors and plain data"
+            # torch's reason (an unsupported global, an invalid opcode) sits between its advice
+            # and its pointer to the docs; the advice and the pointer are dropped
+            skip = ("Weights only load failed", "Please file an issue", "Check the documentation")
+            reason = " ".join(
+                line.strip()
+                for line in str(err).splitlines()
+                if line.strip() and not line.strip().startswith(skip)
+            )
+            why = f"UnpicklingError: {reason[:200] or 'not a file torch.save wrote'}"
         else:
             lines = str(err).strip().splitlines() or [""]
             why = f"{type(err).__name__}: {lines[0][:200]}"

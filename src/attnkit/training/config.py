@@ -112,13 +112,6 @@ class DataConfig:
         self._check_named_corpus()
         if not self.corpus and not (self.train_src and self.train_tgt):
             raise ValueError('data: with corpus = "" both train_src and train_tgt must name files')
-        for key in ("train_src", "train_tgt", "val_src", "val_tgt"):
-            if self.corpus and getattr(self, key):  # it would be ignored, the corpus trained on
-                raise ValueError(
-                    f"data.{key}={getattr(self, key)!r}: your own files are read only with "
-                    f'corpus = "" (here corpus = {self.corpus!r}); set data.corpus = "" to train '
-                    f"on them, or leave {key} out"
-                )
         if bool(self.val_src) != bool(self.val_tgt):
             raise ValueError(
                 f"data: val_src={self.val_src!r} and val_tgt={self.val_tgt!r}: give both or neither"
@@ -244,13 +237,39 @@ class TrainConfig:
         else:
             self._check_translation()
 
+    def check_new_run(self, *, resumed: bool = False) -> None:
+        """The checks of a run about to start (new, or ``resumed`` with its overrides), which a
+        saved config read back is not held to (a run saved before them must still load).
+
+        Raises:
+            ValueError: for ``optim.best_metric = "val_bleu"`` where no BLEU is computed (the
+                first evaluation would end the run before its first checkpoint), or, for a new
+                run, data files beside a named corpus (they would be ignored: the corpus is
+                read; a resumed run keeps the data it was saved with, whatever the config says).
+        """
+        o = self.optim
+        if o.best_metric == "val_bleu" and (self.task == "lm" or not o.val_bleu):
+            why = (
+                "BLEU is for translation, not task = 'lm'"
+                if self.task == "lm"
+                else ("it needs optim.val_bleu=true (BLEU is computed only then)")
+            )
+            raise ValueError(f"optim.best_metric='val_bleu': {why}; use 'val_loss' or 'auto'")
+        keys = (
+            ("train_file", "val_file")
+            if self.task == "lm"
+            else ("train_src", "train_tgt", "val_src", "val_tgt")
+        )
+        for key in () if resumed else keys:
+            if self.data.corpus and getattr(self.data, key):
+                raise ValueError(
+                    f"data.{key}={getattr(self.data, key)!r}: your own files are read only "
+                    f'with corpus = "" (here corpus = {self.data.corpus!r}); set data.corpus = '
+                    f'"" to train on them, or leave {key} out'
+                )
+
     def _check_translation(self) -> None:
         m, d = self.model, self.data
-        if self.optim.best_metric == "val_bleu" and not self.optim.val_bleu:
-            raise ValueError(  # else the first evaluation ends the run, before any checkpoint
-                "optim.best_metric='val_bleu' needs optim.val_bleu=true (BLEU is computed only "
-                "then); or use 'val_loss' or 'auto'"
-            )
         # The model checks its own fields; built once more at the data's vocabulary size, it
         # also refuses a vocabulary that would make it too large before a tokenizer is trained.
         try:

@@ -65,13 +65,6 @@ class LMDataConfig:
             )
         if not self.corpus and not self.train_file:
             raise ValueError('data: with corpus = "" train_file must name a text file')
-        for key in ("train_file", "val_file"):
-            if self.corpus and getattr(self, key):  # it would be ignored, the corpus trained on
-                raise ValueError(
-                    f"data.{key}={getattr(self, key)!r}: your own text is read only with "
-                    f'corpus = "" (here corpus = {self.corpus!r}); set data.corpus = "" to train '
-                    f"on it, or leave {key} out"
-                )
         check_section("data", self)  # vocab_size, min_frequency, seed
         check_choice("data.tokenizer", self.tokenizer, LM_TOKENIZERS)
         for name in ("max_train_chars", "max_val_chars"):
@@ -96,11 +89,6 @@ def check_lm_config(model: GPTConfig, data: LMDataConfig, optim: OptimConfig) ->
         raise ValueError(f"[model]: {err}") from None
     if optim.val_bleu:
         raise ValueError("optim.val_bleu=true: BLEU is for translation, not task = 'lm'")
-    if optim.best_metric == "val_bleu":  # the first evaluation would end the run, unsaved
-        raise ValueError(
-            "optim.best_metric='val_bleu': BLEU is for translation, not task = 'lm' (use "
-            "'val_loss' or 'auto')"
-        )
     if data.tokenizer == "bpe":
         try:  # the model at the vocabulary the tokenizer will have
             dataclasses.replace(

@@ -95,7 +95,7 @@ class Trainer:
         out_dir: Run folder (``metrics.jsonl``, ``train.log``, ``last/``, ``best/``).
         resume: Continue the run in ``out_dir`` from its ``last`` checkpoint.
         eval_hook: Extra evaluation on rank 0 (e.g. BLEU) for the default translation task.
-        progress: Show a tqdm progress bar on rank 0 (stderr).
+        progress: Show a tqdm progress bar on rank 0 (stderr), when stderr is a terminal.
         task: The task; default the one ``config.task`` names (:func:`default_task`).
         clock: The time source for ``max_minutes`` and throughput (tests inject one).
     """
@@ -128,6 +128,7 @@ class Trainer:
                 "max_epochs or max_minutes); patience alone has no known end"
             )
         check_threads(o.threads)
+        config.check_new_run(resumed=resume)  # before the run folder is made
         if task is not None and eval_hook is not None:
             raise ValueError("eval_hook: give it to the task, not with task=")
         self.config = config

@@ -16,8 +16,8 @@ sections; see attnkit.training.config for every key and its default.
       [data] the corpus, languages, BPE vocabulary and batching.
   task = "lm": a GPT language model. [model] holds attnkit.models.GPTConfig fields (the
       vocabulary and bos come from the tokenizer), [data] the text (corpus = "shakespeare",
-      shipped, or train_file/val_file), the tokenizer ("char" or "bpe" with vocab_size),
-      batch_size, context_length and seed.
+      shipped, or corpus = "" with train_file/val_file), the tokenizer ("char" or "bpe"
+      with vocab_size), batch_size, context_length and seed.
   [optim]: Adam, schedule (the paper's inverse square root, or "cosine" with peak_lr and
       min_lr), cooldown, label smoothing, budgets, evaluation, checkpoints, autocast, threads.
 
@@ -28,7 +28,7 @@ The run folder OUT receives:
   train.log       the log (a language model writes a generated sample at each evaluation;
                   a Ctrl-C logs the step a --resume continues from)
   tokenizer.json  the tokenizer, trained (or built) before the first step
-  config.toml     the resolved config (written with the first checkpoint)
+  config.toml     the resolved config
   last/, best/    checkpoints: model.safetensors, config.json, tokenizer.json, state.json
                   (+ resume.pt in last/), written atomically; a language model's are GPT-2
                   folders that `attnkit generate --model` and Hugging Face read
