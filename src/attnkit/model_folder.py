@@ -592,30 +592,33 @@ def _unrecognised(folder: Path, extra: frozenset[str]) -> str | None:
     ]
     if foreign:
         return f"it holds {_names(foreign, 5)}, which attnkit does not write"
-    weights = folder / WEIGHTS_FILE
-    if weights.is_file() and weights_metadata(weights).get(WRITER_KEY) == WRITER:
+    if _has_attnkit_marks(folder):
         return None
-    try:
-        if isinstance(read_json(folder / CONFIG_FILE).get("model"), Mapping):
-            return None  # attnkit's translation layout, written before the writer mark
-    except ValueError:
-        pass
     return (
         f'neither attnkit\'s writer mark in {WEIGHTS_FILE} nor its "model" section in {CONFIG_FILE}'
     )
 
 
-def _written_by_attnkit(folder: Path) -> bool:
-    """A model folder attnkit wrote, whatever else it now holds: weights with attnkit's writer
-    mark, or a ``config.json`` with attnkit's ``"model"`` section."""
+def _has_attnkit_marks(folder: Path) -> bool:
+    """Weights with attnkit's writer mark, or a ``config.json`` with attnkit's ``"model"``
+    section (its translation layout, written before the writer mark)."""
     weights = folder / WEIGHTS_FILE
-    if not ((folder / CONFIG_FILE).is_file() and weights.is_file()):
+    if weights.is_file() and weights_metadata(weights).get(WRITER_KEY) == WRITER:
+        return True
+    try:
+        return isinstance(read_json(folder / CONFIG_FILE).get("model"), Mapping)
+    except ValueError:
+        return False
+
+
+def _written_by_attnkit(folder: Path) -> bool:
+    """A model folder attnkit wrote, whatever else it now holds: weights and config, with
+    attnkit's marks (:func:`_has_attnkit_marks`)."""
+    if not ((folder / CONFIG_FILE).is_file() and (folder / WEIGHTS_FILE).is_file()):
         return False
     try:
-        if weights_metadata(weights).get(WRITER_KEY) == WRITER:
-            return True
-        return isinstance(read_json(folder / CONFIG_FILE).get("model"), Mapping)
-    except (ValueError, OSError):  # unreadable: not one to protect by this rule
+        return _has_attnkit_marks(folder)
+    except (ValueError, OSError):  # unreadable weights: not one to protect by this rule
         return False
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from attnkit.cpus import usable_cpus
@@ -216,3 +216,14 @@ def check_text_argument(text: str, what: str) -> str:
                 f"{what}: not valid UTF-8 (byte 0x{ord(ch) - 0xDC00:02x} at character {i + 1})"
             )
     return text
+
+
+def option_error(err: ValueError, options: Mapping[str, str]) -> ValueError:
+    """``err`` naming the option a command-line user typed (``--min-len: ...``) where the
+    library named its argument (``min_len: ...``); ``options``: argument -> option. Other
+    messages are kept as they are."""
+    message = str(err)
+    for name, option in options.items():
+        if message.startswith(name + ":"):
+            return ValueError(option + message[len(name) :])
+    return ValueError(message)

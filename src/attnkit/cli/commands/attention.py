@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnkit.cli.options import check_output_path, check_text_argument, integer
+from attnkit.cli.options import check_output_path, check_text_argument, integer, option_error
 
 NAME = "attention"
 HELP = "draw attention weights on a sentence (interactive HTML or PNG heatmaps)"
@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
         layer = layers - 1 if args.layer is None else args.layer
         maps.select(kind, layer, None if head in (None, "all") else head)
     except ValueError as err:
-        raise ValueError(_as_option(err)) from None
+        raise option_error(err, {name: f"--{name}" for name in ("kind", "layer", "head")}) from None
     where = f"{kind} layer {layer}"
 
     if suffix == ".html":
@@ -193,13 +193,3 @@ def run(args: argparse.Namespace) -> int:
     translated = "" if maps.target is None else f" (target: {maps.target})"
     print(f"wrote {out}: {where}{translated}", file=sys.stderr)
     return 0
-
-
-def _as_option(err: ValueError) -> str:
-    """The maps' ``kind: ...``, ``layer: ...`` and ``head: ...`` errors as ``--kind: ...`` and
-    so on, the names a command-line user knows."""
-    message = str(err)
-    for name in ("kind", "layer", "head"):
-        if message.startswith(f"{name}: "):
-            return f"--{message}"
-    return message

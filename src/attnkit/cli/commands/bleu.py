@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from attnkit.cli.options import check_input_path, integer, real
+from attnkit.cli.options import check_input_path, integer, option_error, real
 
 NAME = "bleu"
 HELP = "BLEU of a hypothesis file against one or more reference files (= sacreBLEU)"
@@ -186,10 +186,7 @@ def run(args: argparse.Namespace) -> int:
                 score, stats, n_samples=args.ci_samples, seed=args.seed, **smoothing
             )
         except ValueError as err:  # the library names its argument; here it is the option
-            message = str(err)
-            if message.startswith("n_samples: "):
-                raise ValueError("--ci-samples: " + message.removeprefix("n_samples: ")) from None
-            raise
+            raise option_error(err, {"n_samples": "--ci-samples"}) from None
     if args.json:
         out.write(json.dumps(_json_record(score), indent=1, ensure_ascii=False) + "\n")
     else:

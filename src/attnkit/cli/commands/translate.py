@@ -9,6 +9,7 @@ from attnkit.cli.options import (
     check_input_path,
     check_output_path,
     integer,
+    option_error,
     real,
     resolve_device,
     threads,
@@ -170,16 +171,7 @@ def decoding_config(args: argparse.Namespace, defaults):
     try:
         return replace(defaults, **given, use_cache=args.use_cache)
     except ValueError as err:
-        raise ValueError(_as_flag(err)) from None
-
-
-def _as_flag(err: ValueError) -> str:
-    """A search setting's error (``min_len: ...``) naming its flag (``--min-len: ...``)."""
-    message = str(err)
-    for field, flag in SEARCH_FLAGS.items():
-        if message.startswith(field + ":"):
-            return flag + message[len(field) :]
-    return message
+        raise option_error(err, SEARCH_FLAGS) from None
 
 
 def compute_dtype(args: argparse.Namespace, device, *, auto=None):
@@ -223,7 +215,7 @@ def build_translator(args: argparse.Namespace):
             workers=workers, parallel=args.parallel, int8=args.dtype == "int8",
         )  # fmt: skip
     except ValueError as err:
-        raise ValueError(_as_flag(err)) from None
+        raise option_error(err, SEARCH_FLAGS) from None
 
 
 def translate_lines(translator, lines: list[str], *, progress: bool = True):
