@@ -1202,3 +1202,100 @@ def test_short_kernel_softmax_equals_torch_on_both_sides_of_the_vector_width(
     if t_k < vector:  # the separate passes work in place
         inplace = scores.clone()
         assert attention_short._softmax(inplace).data_ptr() == inplace.data_ptr()
+
+
+# --------------------------------------------------------------------------- the step kernel
+
+
+def _position_major(g, lead, heads, t_k, d):
+    """(..., H, T_k, d) views of a (..., T_max, H, d) buffer, as the translation decoder's
+    self-attention cache hands its keys and values to attention."""
+    buffer = torch.randn(*lead, t_k + 3, heads, d, generator=g)
+    return buffer[..., :t_k, :, :].transpose(-3, -2)
+
+
+def _step_masks(g, lead, heads, t_k):
+    key = torch.rand(*lead, 1, 1, t_k, generator=g) > 0.3
+    key[..., 0] = True
+    key.view(-1, t_k)[0] = False  # the first row may attend to nothing: a zero output
+    per_head = torch.rand(*lead, heads, 1, t_k, generator=g) > 0.4
+    per_head[..., -1] = True
+    additive = torch.randn(*lead, 1, 1, t_k, generator=g).masked_fill(~key, -math.inf)
+    return {
+        "none": None,
+        "bool key mask": key,
+        "bool per head": per_head,
+        "additive": additive,
+        "1-D key mask": torch.arange(t_k) != 1,
+    }
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "bool key mask", "bool per head", "additive",
+                                       "1-D key mask"])  # fmt: skip
+@pytest.mark.parametrize("lead", [(3,), (2, 3)], ids=["3-D", "4-D"])
+def test_step_kernel_matches_the_reference(monkeypatch, lead, mask_kind):
+    """One query per row over position-major keys, on a CPU whose MKL is slow at it: the step
+    kernel computes it, with the float64 reference's values (rows with no allowed key zero)."""
+    monkeypatch.setattr(attention, "mkl_gemv_is_fast", lambda: False)
+    calls = []
+    kernel = attention.one_query_attention
+    monkeypatch.setattr(attention, "one_query_attention", lambda *a: calls.append(1) or kernel(*a))
+    g = torch.Generator().manual_seed(21)
+    heads, t_k, d = 4, 7, 8
+    q = torch.randn(*lead, 1, heads, d, generator=g).transpose(-3, -2)  # (..., H, 1, d)
+    k, v = (_position_major(g, lead, heads, t_k, d) for _ in "kv")
+    mask = _step_masks(g, lead, heads, t_k)[mask_kind]
+    with torch.no_grad():
+        out = scaled_dot_product_attention(q, k, v, mask)
+    assert calls == [1]
+    want = reference_attention(q, k, v, mask)[0]
+    assert out.shape == (*lead, heads, 1, d) and out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), want, atol=1e-5, rtol=1e-5)
+    if mask_kind == "bool key mask":
+        assert (out.reshape(-1, heads, d)[0] == 0).all()
+
+
+@pytest.mark.parametrize("where", ["query", "key", "value", "masked key"])
+def test_step_kernel_propagates_nan_as_the_readable_path(monkeypatch, where):
+    """A NaN reaches the rows that may attend to it and no other, as on the readable path."""
+    monkeypatch.setattr(attention, "mkl_gemv_is_fast", lambda: False)
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(2, 1, 3, 4, generator=g).transpose(-3, -2)  # (2, 3, 1, 4)
+    k, v = (_position_major(g, (2,), 3, 5, 4) for _ in "kv")
+    mask = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+    mask[0, ..., 2] = False  # row 0 may not see key 2
+    if where == "query":
+        q[1, 2, 0, 1] = math.nan
+    elif where in ("key", "value"):
+        (k if where == "key" else v)[1, 0, 3, 2] = math.nan
+    else:
+        k[0, 1, 2, 0] = math.nan  # behind row 0's mask
+    assert attention._select_backend(q, k, v, mask, dropout=0.0, return_weights=False) == "step"
+    with torch.no_grad():
+        out = scaled_dot_product_attention(q, k, v, mask)
+    want = scaled_dot_product_attention(q, k, v, mask, return_weights=True)[0]  # readable
+    torch.testing.assert_close(out, want, atol=1e-6, rtol=1e-5, equal_nan=True)
+    assert torch.isnan(out).any() == (where != "masked key")
+
+
+def test_step_kernel_rule(monkeypatch):
+    """The step kernel takes float32 single-query calls over position-major keys without
+    dropout or autograd, where MKL is not Intel's; GPT's head-major cache, several queries,
+    other dtypes and Intel CPUs keep torch's kernel (or the short one for training)."""
+    monkeypatch.setattr(attention, "mkl_gemv_is_fast", lambda: False)
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(4, 1, 8, 16, generator=g).transpose(1, 2)  # (4, 8, 1, 16)
+    k, v = (_position_major(g, (4,), 8, 10, 16) for _ in "kv")
+
+    def pick(q, k, v, dropout=0.0):
+        return attention._select_backend(q, k, v, None, dropout=dropout, return_weights=False)
+
+    assert pick(q, k, v) == "step"
+    assert pick(q, k.contiguous(), v.contiguous()) == "fused"  # head-major (GPT's cache)
+    assert pick(q.expand(4, 8, 2, 16), k, v) == "fused"  # two queries per row
+    assert pick(q.double(), k.double(), v.double()) == "fused"
+    assert pick(q, k, v, dropout=0.1) == "fused"
+    assert pick(q, k[..., :1, :], v[..., :1, :]) == "fused"  # one key: no layout to speak of
+    assert pick(q.requires_grad_(), k, v) == "short"  # training
+    monkeypatch.setattr(attention, "mkl_gemv_is_fast", lambda: True)
+    assert pick(q.detach(), k, v) == "fused"

@@ -2,13 +2,16 @@
 
 Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V   (seed notes 000-004)
 
-Every module in attnkit calls :func:`scaled_dot_product_attention`. Three backends compute it
+Every module in attnkit calls :func:`scaled_dot_product_attention`. Four backends compute it
 and give the same numbers; ``_select_backend`` picks one per call, by the rule written there:
 
 * ``readable``: the seed formula written out, the only one that can return the weights, and
   the reference for how NaN and inf propagate;
 * ``short``: :class:`~attnkit.attention_short.ShortAttention`, the same formula as three batched
   matmuls with an explicit backward, for CPU training with short keys (2-3x faster there);
+* ``step``: :func:`~attnkit.attention_short.one_query_attention`, element-wise products for
+  one query per row over a position-major cache, a float32 decoding step on a CPU whose MKL
+  is slow at it (1.1x the translation speed there);
 * ``fused``: :func:`torch.nn.functional.scaled_dot_product_attention` (fused kernels, no
   T_q x T_k tensor in memory), everywhere else.
 
@@ -56,8 +59,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit.attention_short import SHORT_KEYS_MAX, ShortAttention
-from attnkit.hardware import cpu_attention_has_amx
+from attnkit.attention_short import SHORT_KEYS_MAX, ShortAttention, one_query_attention
+from attnkit.hardware import cpu_attention_has_amx, mkl_gemv_is_fast
 
 __all__ = [
     "scaled_dot_product_attention",
@@ -290,7 +293,7 @@ def _check_inputs(
 
 # --------------------------------------------------------------------------- backend and mask
 
-READABLE, SHORT, FUSED = "readable", "short", "fused"
+READABLE, SHORT, STEP, FUSED = "readable", "short", "step", "fused"
 # Half-precision inference on a CPU with AMX for the dtype: torch's fused kernel up to this many
 # query rows (batch x heads x T_q), three matmuls above (docs/benchmarks.md, "Run 10").
 AMX_FUSED_MAX_ROWS = 512
@@ -320,7 +323,15 @@ def _select_backend(
        cache slice in place and is 2.1-2.4x faster) or at most :data:`AMX_FUSED_MAX_ROWS`
        query rows in all (batch x heads x T_q: the cross-attention of a few sentences' beams,
        2-3x faster there; the three matmuls' fixed cost is oneDNN's per call);
-    3. ``fused`` otherwise.
+    3. ``step`` (:func:`~attnkit.attention_short.one_query_attention`) for float32 without
+       dropout, one query per row and position-major keys and values (the translation
+       decoder's self-attention cache) on a CPU that is not Intel's
+       (:func:`~attnkit.hardware.mkl_gemv_is_fast` false): torch's kernel makes a
+       matrix-vector product per row and head there, in MKL's generic code; a beam search on
+       test2016 made 1.1x the sentences/s with this kernel on an AMD EPYC, the same
+       translations (docs/benchmarks.md, "Run 15"). The rule reads the layout, not the batch
+       size, so that a sentence's translation does not depend on the batch it is in;
+    4. ``fused`` otherwise.
 
     Afterwards, a ``short`` or ``fused`` result that :func:`_fast_result_trusted` rejects (NaN
     or inf inputs reached it) is computed again on the readable path, the reference for how
@@ -343,7 +354,23 @@ def _select_backend(
         few = query.shape[-2] == 1 or query.numel() <= AMX_FUSED_MAX_ROWS * query.shape[-1]
         if not (few and cpu_attention_has_amx(query.dtype)):
             return SHORT
+    if (
+        query.dtype == torch.float32
+        and query.shape[-2] == 1
+        and _position_major(key)
+        and _position_major(value)
+        and dropout == 0.0
+        and not mkl_gemv_is_fast()
+    ):
+        return STEP
     return FUSED
+
+
+def _position_major(t: Tensor) -> bool:
+    """Whether ``t`` (..., H, T, d) holds each position's heads side by side (a view of a
+    (..., T, H, d) buffer, as the translation decoder's self-attention cache), so that one
+    head's positions are not adjacent in memory."""
+    return t.dim() >= 3 and t.shape[-3] > 1 and t.shape[-2] > 1 and t.stride(-3) < t.stride(-2)
 
 
 def _fast_result_trusted(out: Tensor, backend: str) -> bool:
@@ -364,7 +391,7 @@ def _fast_result_trusted(out: Tensor, backend: str) -> bool:
     # bfloat16 has float32's range and torch sums it in float32, then rounds: no cast needed
     # (a cast copies the whole output, 0.1 ms at a 500-row decoding step).
     wide = torch.float32 if out.dtype == torch.float16 else None
-    if backend == SHORT:  # its softmax turns NaN scores into NaN rows, never zeros
+    if backend in (SHORT, STEP):  # their softmax turns NaN scores into NaN rows, never zeros
         return math.isfinite(float(out.sum(dtype=wide)))
     rows = out.sum(dim=-1, dtype=wide)  # (..., T_q)
     # Finite only if every row sum is finite and none is 0 (1/0 = inf).
@@ -505,6 +532,8 @@ def scaled_dot_product_attention(
             out = ShortAttention.apply(
                 query, key, value, prepared.mask, scale, dropout
             )  # (..., T_q, d_v)
+        elif backend == STEP:
+            out = one_query_attention(query, key, value, prepared.mask, scale)  # (..., 1, d_v)
         else:
             out = _fused(query, key, value, prepared, dropout=dropout, scale=scale, groups=groups)
         if _fast_result_trusted(out, backend):

@@ -117,7 +117,10 @@ def mkl_gemv_is_fast() -> bool:
     Xeon one row through ``F.linear`` took 83-197 us for a Llama-shaped layer's weights against
     102-256 us prepacked (MKL 10-20% faster; from 2 rows on, prepacked is 1.2-1.8x faster); on
     an AMD EPYC prepacked was 1.6x faster (GPT-2 small's layers: 11.9 against 19.3 ms).
-    :mod:`attnkit.generation.packed` asks here.
+    :mod:`attnkit.generation.packed` asks here, and so does :mod:`attnkit.attention`: torch's
+    fused kernel makes one such product per row and head at a float32 decoding step, and on
+    the AVX2-only AMD EPYC a profile of the translation decoder found MKL's generic
+    ``mkl_blas_def_xsgemv`` there (docs/benchmarks.md, "Run 15").
     """
     return torch.backends.mkl.is_available() and cpu_vendor() == "GenuineIntel"
 

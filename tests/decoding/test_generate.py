@@ -8,6 +8,7 @@ import itertools
 import pytest
 import torch
 
+from attnkit import attention
 from attnkit.decoding import DecodingConfig, generate
 from attnkit.decoding.generate import beam_search, greedy_search
 from attnkit.decoding.search import LengthPenalty
@@ -160,10 +161,14 @@ def test_cached_equals_recomputed(request, model_name, beam):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
 
 
+@pytest.mark.parametrize("intel_mkl", [True, False], ids=["fused kernel", "step kernel"])
 @pytest.mark.parametrize("beam", [1, 5])
 @pytest.mark.parametrize("model_name", ["random_model", "copy_model"])
-def test_output_does_not_depend_on_batch_size(request, model_name, beam):
-    """32 sentences one at a time and all 32 in one padded batch."""
+def test_output_does_not_depend_on_batch_size(request, monkeypatch, model_name, beam, intel_mkl):
+    """32 sentences one at a time and all 32 in one padded batch, with either attention
+    kernel of a float32 decoding step (torch's fused one on Intel CPUs, attnkit's step
+    kernel elsewhere: the rule reads the cache's layout, never the batch size)."""
+    monkeypatch.setattr(attention, "mkl_gemv_is_fast", lambda: intel_mkl)
     model = request.getfixturevalue(model_name)
     sources = path_sources(model_name, 32, model.config.tgt_vocab_size, 20, seed=17)
     config = DecodingConfig(beam_size=beam, n_best=beam)
