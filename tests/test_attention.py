@@ -1226,17 +1226,20 @@ def _step_masks(g, lead, heads, t_k):
         "bool key mask": key,
         "bool per head": per_head,
         "additive": additive,
+        "float64 additive": additive.double(),
         "1-D key mask": torch.arange(t_k) != 1,
+        "per head, no batch dims": per_head.reshape(-1, heads, 1, t_k)[0],  # (H, 1, T_k)
     }
 
 
 @pytest.mark.parametrize("mask_kind", ["none", "bool key mask", "bool per head", "additive",
-                                       "1-D key mask"])  # fmt: skip
-@pytest.mark.parametrize("lead", [(3,), (2, 3)], ids=["3-D", "4-D"])
+                                       "float64 additive", "1-D key mask",
+                                       "per head, no batch dims"])  # fmt: skip
+@pytest.mark.parametrize("lead", [(3,), (2, 3)], ids=["one batch dim", "two batch dims"])
 def test_step_kernel_matches_the_reference(monkeypatch, lead, mask_kind):
     """One query per row over position-major keys, on a CPU whose MKL is slow at it: the step
     kernel computes it, with the float64 reference's values (rows with no allowed key zero)."""
-    monkeypatch.setattr(attention, "mkl_gemv_is_fast", lambda: False)
+    monkeypatch.setattr(attention, "mkl_gemv_is_generic", lambda: True)
     calls = []
     kernel = attention.one_query_attention
     monkeypatch.setattr(attention, "one_query_attention", lambda *a: calls.append(1) or kernel(*a))
@@ -1255,10 +1258,10 @@ def test_step_kernel_matches_the_reference(monkeypatch, lead, mask_kind):
         assert (out.reshape(-1, heads, d)[0] == 0).all()
 
 
-@pytest.mark.parametrize("where", ["query", "key", "value", "masked key"])
+@pytest.mark.parametrize("where", ["query", "key", "value", "masked key", "masked value"])
 def test_step_kernel_propagates_nan_as_the_readable_path(monkeypatch, where):
     """A NaN reaches the rows that may attend to it and no other, as on the readable path."""
-    monkeypatch.setattr(attention, "mkl_gemv_is_fast", lambda: False)
+    monkeypatch.setattr(attention, "mkl_gemv_is_generic", lambda: True)
     g = torch.Generator().manual_seed(5)
     q = torch.randn(2, 1, 3, 4, generator=g).transpose(-3, -2)  # (2, 3, 1, 4)
     k, v = (_position_major(g, (2,), 3, 5, 4) for _ in "kv")
@@ -1268,21 +1271,22 @@ def test_step_kernel_propagates_nan_as_the_readable_path(monkeypatch, where):
         q[1, 2, 0, 1] = math.nan
     elif where in ("key", "value"):
         (k if where == "key" else v)[1, 0, 3, 2] = math.nan
-    else:
-        k[0, 1, 2, 0] = math.nan  # behind row 0's mask
+    else:  # behind row 0's mask: 0 x NaN in the step kernel, recomputed on the readable path
+        (k if where == "masked key" else v)[0, 1, 2, 0] = math.nan
     assert attention._select_backend(q, k, v, mask, dropout=0.0, return_weights=False) == "step"
     with torch.no_grad():
         out = scaled_dot_product_attention(q, k, v, mask)
     want = scaled_dot_product_attention(q, k, v, mask, return_weights=True)[0]  # readable
     torch.testing.assert_close(out, want, atol=1e-6, rtol=1e-5, equal_nan=True)
-    assert torch.isnan(out).any() == (where != "masked key")
+    assert torch.isnan(out).any() == (not where.startswith("masked"))
 
 
 def test_step_kernel_rule(monkeypatch):
     """The step kernel takes float32 single-query calls over position-major keys without
-    dropout or autograd, where MKL is not Intel's; GPT's head-major cache, several queries,
-    other dtypes and Intel CPUs keep torch's kernel (or the short one for training)."""
-    monkeypatch.setattr(attention, "mkl_gemv_is_fast", lambda: False)
+    dropout or autograd, where MKL runs torch's kernel in generic code; GPT's head-major
+    cache, several queries, other dtypes and Intel CPUs keep torch's kernel (or the short
+    one for training)."""
+    monkeypatch.setattr(attention, "mkl_gemv_is_generic", lambda: True)
     g = torch.Generator().manual_seed(2)
     q = torch.randn(4, 1, 8, 16, generator=g).transpose(1, 2)  # (4, 8, 1, 16)
     k, v = (_position_major(g, (4,), 8, 10, 16) for _ in "kv")
@@ -1297,5 +1301,5 @@ def test_step_kernel_rule(monkeypatch):
     assert pick(q, k, v, dropout=0.1) == "fused"
     assert pick(q, k[..., :1, :], v[..., :1, :]) == "fused"  # one key: no layout to speak of
     assert pick(q.requires_grad_(), k, v) == "short"  # training
-    monkeypatch.setattr(attention, "mkl_gemv_is_fast", lambda: True)
+    monkeypatch.setattr(attention, "mkl_gemv_is_generic", lambda: False)
     assert pick(q.detach(), k, v) == "fused"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attnkit import hardware
 from attnkit.hardware import (
     cpu_attention_has_amx,
     cpu_float_vector_width,
@@ -90,3 +91,20 @@ def test_training_precision_uses_the_same_rule():
 def test_float_vector_width_follows_the_dispatch(capability, width, monkeypatch):
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
     assert cpu_float_vector_width.__wrapped__() == width  # the uncached function
+
+
+@pytest.mark.parametrize(
+    ("vendor", "mkl", "generic"),
+    [
+        ("AuthenticAMD", True, True),
+        ("HygonGenuine", True, True),
+        ("GenuineIntel", True, False),
+        ("", True, False),  # the vendor is unknown (not Linux): not assumed
+        ("AuthenticAMD", False, False),  # no MKL in this torch (ARM builds)
+    ],
+)
+def test_mkl_gemv_is_generic_only_where_mkl_meets_another_vendor(vendor, mkl, generic, monkeypatch):
+    monkeypatch.setattr(hardware, "cpu_vendor", lambda: vendor)
+    monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: mkl)
+    assert hardware.mkl_gemv_is_generic() is generic
+    assert hardware.mkl_gemv_is_fast() is (mkl and vendor == "GenuineIntel")

@@ -10,8 +10,8 @@ and give the same numbers; ``_select_backend`` picks one per call, by the rule w
 * ``short``: :class:`~attnkit.attention_short.ShortAttention`, the same formula as three batched
   matmuls with an explicit backward, for CPU training with short keys (2-3x faster there);
 * ``step``: :func:`~attnkit.attention_short.one_query_attention`, element-wise products for
-  one query per row over a position-major cache, a float32 decoding step on a CPU whose MKL
-  is slow at it (1.1x the translation speed there);
+  one query per row over a position-major cache, a float32 decoding step on a CPU where MKL
+  runs torch's kernel in generic code;
 * ``fused``: :func:`torch.nn.functional.scaled_dot_product_attention` (fused kernels, no
   T_q x T_k tensor in memory), everywhere else.
 
@@ -45,8 +45,8 @@ Rows and non-finite values (the same on every backend)
 
 Why one module of about 400 lines: the input checks, the backend rule, the mask preparation and
 the readable path are one contract (the conventions above), and every backend must honour all
-of it; kept together, a change to the contract is read and made in one place. The CPU training
-kernel, which only computes, is apart in :mod:`attnkit.attention_short`.
+of it; kept together, a change to the contract is read and made in one place. The CPU kernels
+for short keys, which only compute, are apart in :mod:`attnkit.attention_short`.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.attention_short import SHORT_KEYS_MAX, ShortAttention, one_query_attention
-from attnkit.hardware import cpu_attention_has_amx, mkl_gemv_is_fast
+from attnkit.hardware import cpu_attention_has_amx, mkl_gemv_is_generic
 
 __all__ = [
     "scaled_dot_product_attention",
@@ -324,16 +324,18 @@ def _select_backend(
        query rows in all (batch x heads x T_q: the cross-attention of a few sentences' beams,
        2-3x faster there; the three matmuls' fixed cost is oneDNN's per call);
     3. ``step`` (:func:`~attnkit.attention_short.one_query_attention`) for float32 without
-       dropout, one query per row and position-major keys and values (the translation
-       decoder's self-attention cache) on a CPU that is not Intel's
-       (:func:`~attnkit.hardware.mkl_gemv_is_fast` false): torch's kernel makes a
-       matrix-vector product per row and head there, in MKL's generic code; a beam search on
-       test2016 made 1.1x the sentences/s with this kernel on an AMD EPYC, the same
-       translations (docs/benchmarks.md, "Run 15"). The rule reads the layout, not the batch
-       size, so that a sentence's translation does not depend on the batch it is in;
+       dropout, one query per row and position-major keys and values (any (B, T, H, d)
+       buffer viewed as (B, H, T, d): the translation decoder's self-attention cache, a
+       projection split into heads) where MKL runs torch's kernel in its generic code
+       (:func:`~attnkit.hardware.mkl_gemv_is_generic`: a CPU that is not Intel's), one
+       matrix-vector product per row and head. A beam search on test2016 made 1.03-1.11x
+       the sentences/s with one worker on an AMD EPYC, 1.01x with two (within the noise),
+       the same translations; for a few rows in cache the step kernel is slower (one row of
+       8 heads: 28 against 9 us; docs/benchmarks.md, "Run 15"). The rule reads the layout,
+       not the batch size, so that a sentence's translation does not depend on its batch;
     4. ``fused`` otherwise.
 
-    Afterwards, a ``short`` or ``fused`` result that :func:`_fast_result_trusted` rejects (NaN
+    Afterwards, a ``short``, ``step`` or ``fused`` result that :func:`_fast_result_trusted` rejects (NaN
     or inf inputs reached it) is computed again on the readable path, the reference for how
     non-finite values propagate, where the kernels differ.
     """
@@ -360,7 +362,7 @@ def _select_backend(
         and _position_major(key)
         and _position_major(value)
         and dropout == 0.0
-        and not mkl_gemv_is_fast()
+        and mkl_gemv_is_generic()
     ):
         return STEP
     return FUSED

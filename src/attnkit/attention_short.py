@@ -127,17 +127,19 @@ def one_query_attention(
 
     torch's fused CPU kernel multiplies each (row, head) by its keys with a BLAS call of one
     query row, a matrix-vector product; MKL runs those in generic code on a CPU that is not
-    Intel's, about 1 us a call. At a step of the translation decoder (500-1,000 rows x 8
-    heads, 8-40 keys in a position-major cache) this form was 1.5-1.9x faster on an AMD EPYC
-    (docs/benchmarks.md, "Run 15"). The products are laid out position-major, (..., T_k, H,
+    Intel's, about 1 us a call. At a step of the translation decoder (420-975 rows x 8
+    heads, 8-40 keys in a position-major cache) this form was 1.5-1.9x faster on an AMD
+    EPYC, and slower for a few rows in cache (one row of 8 heads: 28 against 9 us;
+    docs/benchmarks.md, "Run 15"). The products are laid out position-major, (..., T_k, H,
     d), so that a position-major cache is read in its storage order.
 
     Args:
         query: (..., H, 1, d_k).
         key: (..., H, T_k, d_k), the same leading dims.
         value: (..., H, T_k, d_v).
-        mask: None, or a boolean (True = may attend) or additive mask broadcastable to
-            (..., H, 1, T_k) in which every row has an allowed key.
+        mask: None, or a boolean (True = may attend) or additive mask of at least 2 dims
+            (as ``_prepare_mask`` gives it) broadcastable to (..., H, 1, T_k), in which every
+            row has an allowed key.
         scale: the score scale.
 
     Returns:

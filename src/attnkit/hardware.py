@@ -24,6 +24,7 @@ __all__ = [
     "cpu_vendor",
     "fast_inference_dtype",
     "mkl_gemv_is_fast",
+    "mkl_gemv_is_generic",
 ]
 
 
@@ -117,12 +118,20 @@ def mkl_gemv_is_fast() -> bool:
     Xeon one row through ``F.linear`` took 83-197 us for a Llama-shaped layer's weights against
     102-256 us prepacked (MKL 10-20% faster; from 2 rows on, prepacked is 1.2-1.8x faster); on
     an AMD EPYC prepacked was 1.6x faster (GPT-2 small's layers: 11.9 against 19.3 ms).
-    :mod:`attnkit.generation.packed` asks here, and so does :mod:`attnkit.attention`: torch's
-    fused kernel makes one such product per row and head at a float32 decoding step, and on
-    the AVX2-only AMD EPYC a profile of the translation decoder found MKL's generic
-    ``mkl_blas_def_xsgemv`` there (docs/benchmarks.md, "Run 15").
+    :mod:`attnkit.generation.packed` asks here.
     """
     return torch.backends.mkl.is_available() and cpu_vendor() == "GenuineIntel"
+
+
+def mkl_gemv_is_generic() -> bool:
+    """True where torch's MKL runs a float32 matrix-vector product in its generic code: a
+    torch built with MKL on a CPU known not to be Intel's (``mkl_blas_def_xsgemv`` in a
+    profile of the AVX2-only AMD EPYC, docs/benchmarks.md, "Run 15"). False on Intel CPUs,
+    where the vendor cannot be read (not Linux) and without MKL (ARM): not measured there.
+    :mod:`attnkit.attention` asks here for a float32 decoding step.
+    """
+    vendor = cpu_vendor()
+    return torch.backends.mkl.is_available() and vendor not in ("", "GenuineIntel")
 
 
 def fast_inference_dtype(device: torch.device | str) -> torch.dtype:

@@ -168,7 +168,10 @@ def test_output_does_not_depend_on_batch_size(request, monkeypatch, model_name, 
     """32 sentences one at a time and all 32 in one padded batch, with either attention
     kernel of a float32 decoding step (torch's fused one on Intel CPUs, attnkit's step
     kernel elsewhere: the rule reads the cache's layout, never the batch size)."""
-    monkeypatch.setattr(attention, "mkl_gemv_is_fast", lambda: intel_mkl)
+    monkeypatch.setattr(attention, "mkl_gemv_is_generic", lambda: not intel_mkl)
+    steps = []
+    kernel = attention.one_query_attention
+    monkeypatch.setattr(attention, "one_query_attention", lambda *a: steps.append(1) or kernel(*a))
     model = request.getfixturevalue(model_name)
     sources = path_sources(model_name, 32, model.config.tgt_vocab_size, 20, seed=17)
     config = DecodingConfig(beam_size=beam, n_best=beam)
@@ -177,6 +180,7 @@ def test_output_does_not_depend_on_batch_size(request, monkeypatch, model_name, 
         (alone,) = generate(model, pad_batch([src]), config)
         assert [h.tokens for h in alone] == [h.tokens for h in hyps]
         assert [h.score for h in alone] == pytest.approx([h.score for h in hyps], abs=1e-5)
+    assert bool(steps) != intel_mkl  # the kernel the case names did run
 
 
 # --------------------------------------------------------------------------- odds and ends
