@@ -150,34 +150,64 @@ def test_llama_options_run_on_packed_weights():
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("mkl_gemv", [True, False])
-def test_one_float32_row_takes_mkl_where_it_is_faster(monkeypatch, mkl_gemv):
-    """On an Intel CPU (the flag) a single float32 row goes to F.linear (MKL's matrix-vector
-    product), two rows or bfloat16 to the packed weight; elsewhere every call is packed. The
-    product is the same either way."""
+@pytest.mark.parametrize("mkl", ["intel", "generic", "none"])
+def test_one_float32_row_takes_mkl_where_it_is_faster(monkeypatch, mkl):
+    """A single float32 row: on an Intel CPU F.linear (MKL's matrix-vector product), where MKL
+    is generic (AMD) the product with a row-major copy of the weight, made once; two rows or
+    bfloat16 take the packed weight, and so does every call elsewhere. The product is
+    F.linear's, to float32 rounding, either way."""
     import types
 
-    monkeypatch.setattr(packed, "_MKL_GEMV", mkl_gemv)
+    monkeypatch.setattr(packed, "_MKL_GEMV", mkl == "intel")
+    monkeypatch.setattr(packed, "_MKL_GENERIC", mkl == "generic")
     plain = []
     monkeypatch.setattr(
         packed,
         "F",
-        types.SimpleNamespace(linear=lambda *a: plain.append(1) or nn.functional.linear(*a)),
+        types.SimpleNamespace(
+            linear=lambda *a: plain.append(1) or nn.functional.linear(*a),
+            relu=nn.functional.relu,
+        ),
     )
     torch.manual_seed(1)
     module = nn.Linear(48, 70)
     weight = packed_weight(module)
+    copies = len(packed._ROW_MAJOR)
     with torch.inference_mode():
         one = linear(torch.randn(1, 1, 48), module, weight)
-        assert len(plain) == (1 if mkl_gemv else 0)
+        assert len(plain) == (1 if mkl == "intel" else 0)
+        assert len(packed._ROW_MAJOR) == copies + (mkl == "generic")
+        linear(torch.randn(1, 48), module, weight)
+        assert len(packed._ROW_MAJOR) == copies + (mkl == "generic")  # made once
         two = linear(torch.randn(2, 1, 48), module, weight)
-        assert len(plain) == (1 if mkl_gemv else 0)
+        assert len(plain) == (2 if mkl == "intel" else 0)
     assert one.shape == (1, 1, 70) and two.shape == (2, 1, 70)
     x = torch.randn(1, 48)
     with torch.inference_mode():
         torch.testing.assert_close(
             linear(x, module, weight), nn.functional.linear(x, module.weight, module.bias)
         )
+        no_bias = nn.Linear(48, 70, bias=False)
+        torch.testing.assert_close(
+            linear(x, no_bias, packed_weight(no_bias)), nn.functional.linear(x, no_bias.weight)
+        )
+
+
+def test_the_row_major_copy_goes_with_its_packed_weight(monkeypatch):
+    """Where MKL is generic, the copy a one-row call makes is freed with the packed weight
+    (release, or a changed weight whose packed weight is remade)."""
+    import gc
+
+    monkeypatch.setattr(packed, "_MKL_GENERIC", True)
+    monkeypatch.setattr(packed, "_MKL_GEMV", False)
+    module = nn.Linear(16, 24)
+    with torch.inference_mode():
+        linear(torch.randn(1, 16), module, packed_weight(module))
+    key = id(packed_weight(module))
+    assert key in packed._ROW_MAJOR
+    packed.release(module)
+    gc.collect()
+    assert key not in packed._ROW_MAJOR
 
 
 def test_mkl_gemv_rule_reads_the_vendor(monkeypatch):

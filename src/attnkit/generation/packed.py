@@ -29,10 +29,13 @@ shapes up it is faster.
 
 The rule (:func:`packed_weight`): a float32 or bfloat16 weight on a CPU, torch built with
 oneDNN (bfloat16 only where oneDNN runs it), no gradient wanted; anything else, or a weight
-oneDNN refuses, takes ``F.linear``. One exception per call (:func:`linear`): on an Intel CPU
-a single float32 row takes ``F.linear``, since MKL's matrix-vector product is 10-20% faster
-there than the prepacked one (the AMD EPYC above is the opposite; from 2 rows on the packed
-product is faster on both; :func:`attnkit.hardware.mkl_gemv_is_fast`). Both compute the same product; only the order of the float
+oneDNN refuses, takes ``F.linear``. One exception per call (:func:`linear`): a single float32
+row takes MKL's matrix-vector product where it is faster than the prepacked one: on an Intel
+CPU through ``F.linear`` (10-20% faster there; :func:`attnkit.hardware.mkl_gemv_is_fast`),
+and where MKL runs generic code (AMD; :func:`attnkit.hardware.mkl_gemv_is_generic`) on a copy
+of the weight transposed to (in, out), made at the first such call (1.3x faster than prepacked
+on the AVX2-only EPYC, where ``F.linear`` is as slow as prepacked); from 2 rows on the packed
+product is faster everywhere. They compute the same product; only the order of the float
 additions differs (a few 1e-6 relative in float32, as between any two BLAS kernels).
 
 :func:`packed_linears` routes every ``nn.Linear`` of a model through its packed weight for the
@@ -78,7 +81,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.hardware import mkl_gemv_is_fast
+from attnkit.hardware import mkl_gemv_is_fast, mkl_gemv_is_generic
 from attnkit.modules.feed_forward import FeedForward
 from attnkit.modules.multihead import MultiHeadAttention
 
@@ -98,6 +101,10 @@ def _mkldnn_ops() -> bool:
 
 _HAS_MKLDNN = torch.backends.mkldnn.is_available() and _mkldnn_ops()
 _MKL_GEMV = mkl_gemv_is_fast()  # one float32 row: F.linear (MKL) on Intel CPUs
+_MKL_GENERIC = mkl_gemv_is_generic()  # one float32 row: the weight as (in, out), elsewhere
+# id(packed weight) -> its weight as (in, out), contiguous: made at the first one-row float32
+# call where MKL is generic, dropped with the packed weight
+_ROW_MAJOR: dict[int, Tensor] = {}
 
 
 def _packable(weight: Tensor) -> bool:
@@ -225,11 +232,29 @@ def _int8_product(x: Tensor, packed, relu: bool = False) -> Tensor:
     return out.view(*x.shape[:-1], out.shape[-1])
 
 
+def _row_major(packed: Tensor, weight: Tensor) -> Tensor:
+    """``weight`` (out, in) as a contiguous (in, out) copy, made once per ``packed`` weight
+    and freed with it."""
+    key = id(packed)
+    copy = _ROW_MAJOR.get(key)
+    if copy is None:
+        copy = weight.detach().t().contiguous()  # (in, out)
+        _ROW_MAJOR[key] = copy
+        weakref.finalize(packed, _ROW_MAJOR.pop, key, None)
+    return copy
+
+
 def linear(x: Tensor, module: nn.Linear, packed: Tensor | None) -> Tensor:
     """``module(x)`` with the ``packed`` weight from :func:`packed_weight` (None: ``F.linear``).
 
-    A single float32 row on a CPU where MKL's matrix-vector product is the faster one
-    (:func:`attnkit.hardware.mkl_gemv_is_fast`: Intel CPUs) takes ``F.linear`` too.
+    A single float32 row takes MKL's matrix-vector product where it is the faster one: on
+    Intel CPUs (:func:`attnkit.hardware.mkl_gemv_is_fast`) through ``F.linear``; where MKL
+    runs generic code (:func:`attnkit.hardware.mkl_gemv_is_generic`: AMD) on a copy of the
+    weight transposed to (in, out), whose product reads the weight in one stream: GPT-2
+    124M's 49 layers took 26.8 ms a row that way on the AVX2-only AMD EPYC, against 35.0
+    prepacked and 36.8 through ``F.linear`` (from 2 rows on the packed weight is faster:
+    37.4 against 46.0 ms; docs/benchmarks.md, "Text generation"). The copy costs the
+    weight's memory once more, made at the first such call.
 
     Args:
         x: (..., in_features) in the weight's dtype.
@@ -253,6 +278,11 @@ def _product(
         return F.relu(out) if relu else out
     if int8:
         return _int8_product(x, packed, relu)
+    if _MKL_GENERIC and x.dtype == torch.float32 and x.numel() == x.shape[-1]:
+        row = x.reshape(1, x.shape[-1])  # (1, in)
+        wt = _row_major(packed, weight)  # (in, out)
+        out = (row @ wt if bias is None else torch.addmm(bias, row, wt)).view(*x.shape[:-1], -1)
+        return F.relu(out) if relu else out
     # oneDNN applies the ReLU to the float accumulators before rounding to the output dtype,
     # the same values as rounding first (ReLU keeps the sign), in one pass fewer.
     attr = "relu" if relu else "none"
@@ -350,5 +380,5 @@ def _feed_forward_relu(module: FeedForward, packed: Tensor | None):
 def release(model: nn.Module) -> None:
     """Forget the packed weights of ``model``'s linear layers (frees their memory)."""
     for module in model.modules():
-        _PACKED.pop(module, None)
+        _PACKED.pop(module, None)  # its row-major copy goes with the packed weight
         _INT8.pop(module, None)
