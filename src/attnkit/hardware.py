@@ -128,6 +128,7 @@ def mkl_gemv_is_generic() -> bool:
     torch built with MKL on a CPU known not to be Intel's (``mkl_blas_def_xsgemv`` in a
     profile of the AVX2-only AMD EPYC, docs/benchmarks.md, "Run 15"). False on Intel CPUs,
     where the vendor cannot be read (not Linux) and without MKL (ARM): not measured there.
+    (Measured only on the AVX2-only EPYC; the AVX-512 EPYC takes the same rule unmeasured.)
     :mod:`attnkit.attention` asks here for a float32 decoding step.
     """
     vendor = cpu_vendor()
