@@ -335,9 +335,9 @@ def _select_backend(
        not the batch size, so that a sentence's translation does not depend on its batch;
     4. ``fused`` otherwise.
 
-    Afterwards, a ``short``, ``step`` or ``fused`` result that :func:`_fast_result_trusted` rejects (NaN
-    or inf inputs reached it) is computed again on the readable path, the reference for how
-    non-finite values propagate, where the kernels differ.
+    Afterwards, a ``short``, ``step`` or ``fused`` result that :func:`_fast_result_trusted`
+    rejects (NaN or inf inputs reached it) is computed again on the readable path, the
+    reference for how non-finite values propagate, where the kernels differ.
     """
     if return_weights:
         return READABLE

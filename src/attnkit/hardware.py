@@ -126,10 +126,10 @@ def mkl_gemv_is_fast() -> bool:
 def mkl_gemv_is_generic() -> bool:
     """True where torch's MKL runs a float32 matrix-vector product in its generic code: a
     torch built with MKL on a CPU known not to be Intel's (``mkl_blas_def_xsgemv`` in a
-    profile of the AVX2-only AMD EPYC, docs/benchmarks.md, "Run 15"). False on Intel CPUs,
-    where the vendor cannot be read (not Linux) and without MKL (ARM): not measured there.
-    (Measured only on the AVX2-only EPYC; the AVX-512 EPYC takes the same rule unmeasured.)
-    :mod:`attnkit.attention` asks here for a float32 decoding step.
+    profile of the AVX2-only AMD EPYC, docs/benchmarks.md, "Run 15"; the AVX-512 EPYC takes
+    the same rule, unmeasured). False on Intel CPUs, where the vendor cannot be read (not
+    Linux) and without MKL (ARM). :mod:`attnkit.attention` asks here for a float32 decoding
+    step, :mod:`attnkit.generation.packed` for a one-row product.
     """
     vendor = cpu_vendor()
     return torch.backends.mkl.is_available() and vendor not in ("", "GenuineIntel")

@@ -101,7 +101,7 @@ def _mkldnn_ops() -> bool:
 
 _HAS_MKLDNN = torch.backends.mkldnn.is_available() and _mkldnn_ops()
 _MKL_GEMV = mkl_gemv_is_fast()  # one float32 row: F.linear (MKL) on Intel CPUs
-_MKL_GENERIC = mkl_gemv_is_generic()  # one float32 row: the weight as (in, out), elsewhere
+_MKL_GENERIC = mkl_gemv_is_generic()  # one float32 row: the weight as (in, out), on AMD
 # id(packed weight) -> its weight as (in, out), contiguous: made at the first one-row float32
 # call where MKL is generic, dropped with the packed weight
 _ROW_MAJOR: dict[int, Tensor] = {}
