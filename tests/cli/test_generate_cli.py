@@ -48,7 +48,9 @@ def test_stdin_json_with_ids_and_logprobs(model_dir, gpt, monkeypatch, capsys):
             "--temperature", "0.7", "--top-p", "0.9", "--seed", "3", "--batch-size", "8"]  # fmt: skip
     assert main(argv) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    expected = _expected(gpt, PROMPTS, max_new_tokens=8, temperature=0.7, top_p=0.9, seed=3)
+    expected = _expected(
+        gpt, PROMPTS, max_new_tokens=8, temperature=0.7, top_p=0.9, seed=3, logprobs=True
+    )
     assert [r["prompt"] for r in records] == PROMPTS
     for record, result in zip(records, expected, strict=True):
         assert record["text"] == result.text and record["token_ids"] == result.tokens

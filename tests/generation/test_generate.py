@@ -1,6 +1,8 @@
 """Token generation with attnkit's GPT against Hugging Face's GPT2LMHeadModel.generate on the
 same random weights, the cache against recomputing the prefix, batches against single prompts."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -47,7 +49,7 @@ def test_logprobs_are_the_models(pair):
     """Each log-probability is log_softmax of Hugging Face's raw logits at the chosen id."""
     hf, gpt = pair
     prompt = PROMPTS[1]
-    ours = generate(gpt, [prompt], GenerationConfig(max_new_tokens=10, eos_ids=()))
+    ours = generate(gpt, [prompt], GenerationConfig(max_new_tokens=10, eos_ids=(), logprobs=True))
     with torch.inference_mode():
         out = hf.generate(
             torch.tensor([prompt]), max_new_tokens=10, min_new_tokens=10, do_sample=False,
@@ -58,6 +60,21 @@ def test_logprobs_are_the_models(pair):
         for step, tok in zip(out.logits, ours.tokens[0], strict=True)
     ]
     assert ours.logprobs[0] == pytest.approx(theirs, abs=1e-5)
+
+
+def test_logprobs_only_when_asked(pair):
+    """Off by default (no log-softmax a step); asking changes no token."""
+    _, gpt = pair
+    plain = generate(gpt, PROMPTS, GenerationConfig(max_new_tokens=6, eos_ids=()))
+    asked = generate(gpt, PROMPTS, GenerationConfig(max_new_tokens=6, eos_ids=(), logprobs=True))
+    assert plain.logprobs is None
+    assert asked.tokens == plain.tokens
+    assert [len(lp) for lp in asked.logprobs] == [6] * len(PROMPTS)
+    assert all(lp <= 0 for row in asked.logprobs for lp in row)
+    steps = list(generate_steps(gpt, PROMPTS, GenerationConfig(max_new_tokens=2, eos_ids=())))
+    assert [step.logprobs for step in steps] == [None, None]
+    with pytest.raises(TypeError, match="logprobs: expected True or False"):
+        GenerationConfig(logprobs="yes")
 
 
 @pytest.mark.parametrize(
@@ -71,10 +88,9 @@ def test_logprobs_are_the_models(pair):
 )
 def test_cached_equals_recomputed(pair, settings):
     _, gpt = pair
-    cached = generate(gpt, PROMPTS, GenerationConfig(max_new_tokens=30, eos_ids=(), **settings))
-    recomputed = generate(
-        gpt, PROMPTS, GenerationConfig(max_new_tokens=30, eos_ids=(), use_cache=False, **settings)
-    )
+    config = GenerationConfig(max_new_tokens=30, eos_ids=(), logprobs=True, **settings)
+    cached = generate(gpt, PROMPTS, config)
+    recomputed = generate(gpt, PROMPTS, dataclasses.replace(config, use_cache=False))
     assert cached.tokens == recomputed.tokens
     for a, b in zip(cached.logprobs, recomputed.logprobs, strict=True):
         assert a == pytest.approx(b, abs=1e-4)
@@ -245,7 +261,7 @@ def test_the_model_runs_in_eval_mode_and_gets_its_mode_back():
     with torch.no_grad():
         want = torch.log_softmax(model.eval()(torch.tensor([prompt])).logits[0, -1], dim=-1)
     model.train()
-    config = GenerationConfig(max_new_tokens=12, eos_ids=())
+    config = GenerationConfig(max_new_tokens=12, eos_ids=(), logprobs=True)
     first = generate(model, [prompt], config)
     assert model.training
     assert first.logprobs[0][0] == pytest.approx(want[first.tokens[0][0]].item(), abs=1e-5)
@@ -324,12 +340,10 @@ def test_llama_generation_with_the_cache_equals_recomputing(options):
     allocated = []
     init_cache = model.init_cache
     model.init_cache = lambda *a, **k: allocated.append(init_cache(*a, **k)) or allocated[-1]
-    config = GenerationConfig(max_new_tokens=40, eos_ids=())
+    config = GenerationConfig(max_new_tokens=40, eos_ids=(), logprobs=True)
     cached = generate(model, prompts, config)
     del model.init_cache
-    recomputed = generate(
-        model, prompts, GenerationConfig(max_new_tokens=40, eos_ids=(), use_cache=False)
-    )
+    recomputed = generate(model, prompts, dataclasses.replace(config, use_cache=False))
     assert cached.tokens == recomputed.tokens
     for a, b in zip(cached.logprobs, recomputed.logprobs, strict=True):
         assert a == pytest.approx(b, abs=1e-4)

@@ -18,7 +18,7 @@ def gpt(tmp_path_factory, byte_bpe):
 
 
 def test_text_is_the_decoded_tokens(gpt):
-    config = GenerationConfig(max_new_tokens=25, eos_ids=())
+    config = GenerationConfig(max_new_tokens=25, eos_ids=(), logprobs=True)
     results = generate_text(gpt, None, PROMPTS, config)
     ids = [gpt.tokenizer.encode(p) for p in PROMPTS]
     tokens = generate(gpt, ids, config).tokens
@@ -26,6 +26,8 @@ def test_text_is_the_decoded_tokens(gpt):
         assert result.tokens == expected
         assert result.text == gpt.tokenizer.decode(expected)
         assert result.finish_reason == "length" and len(result.logprobs) == 25
+    plain = generate_text(gpt, None, PROMPTS[:1], GenerationConfig(max_new_tokens=3, eos_ids=()))
+    assert plain[0].logprobs is None and len(plain[0].tokens) == 3
 
 
 def test_stop_string_cuts_the_text(gpt):

@@ -22,6 +22,11 @@ class GenerationConfig:
     ``temperature == 0`` is greedy decoding (the default): the most probable token after the
     repetition penalty. ``top_k`` and ``top_p`` only shape sampling, so asking for them with
     ``temperature == 0`` is an error rather than silently ignored.
+
+    ``logprobs`` is off by default, as in Hugging Face's ``generate`` (``output_scores``) and
+    CTranslate2 (``return_log_prob``): each step then skips a log-softmax over the whole
+    vocabulary (docs/benchmarks.md: 0.4-0.5 ms of a 13 ms step at 8 rows of GPT-2's 50,257 ids
+    on an AVX2 CPU). ``attnkit generate --json`` turns it on.
     """
 
     max_new_tokens: int = 64  # tokens to generate per prompt (fewer if a row stops early)
@@ -33,6 +38,7 @@ class GenerationConfig:
     stop_strings: tuple[str, ...] = ()  # text that ends a row (the text is cut before it)
     seed: int | None = None  # the sampler's seed, 0 to 2**64 - 1; None = not reproducible
     use_cache: bool = True  # False: recompute the whole prefix at every step (reference path)
+    logprobs: bool = False  # also return each new id's log-probability (one log-softmax a step)
 
     def __post_init__(self) -> None:
         if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
@@ -70,6 +76,9 @@ class GenerationConfig:
         if not all(isinstance(s, str) and s for s in self.stop_strings):
             raise ValueError(f"stop_strings: expected non-empty strings, got {self.stop_strings!r}")
         check_seed(self.seed)
+        for name in ("use_cache", "logprobs"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name}: expected True or False, got {getattr(self, name)!r}")
 
     @property
     def greedy(self) -> bool:

@@ -64,14 +64,15 @@ class Step:
     Attributes:
         rows: index (into the prompts) of each row.
         tokens: the id each row chose.
-        logprobs: the model's log-probability of that id (raw logits, before any filter).
+        logprobs: the model's log-probability of that id (raw logits, before any filter), or
+            None unless ``GenerationConfig.logprobs``.
         finished: per row, None (goes on) or why it ends: "eos" (it chose an eos id, which
             is kept in its tokens), "stop" (the caller's stop condition), "length".
     """
 
     rows: list[int]
     tokens: list[int]
-    logprobs: list[float]
+    logprobs: list[float] | None
     finished: list[str | None]
 
 
@@ -81,12 +82,13 @@ class GenerationOutput:
 
     Attributes:
         tokens: the new ids (an eos that ended the row included).
-        logprobs: the model's log-probability of each new id.
+        logprobs: the model's log-probability of each new id; None unless
+            ``GenerationConfig.logprobs``.
         finish_reasons: "eos", "stop" or "length".
     """
 
     tokens: list[list[int]]
-    logprobs: list[list[float]]
+    logprobs: list[list[float]] | None
     finish_reasons: list[str]
 
 
@@ -316,11 +318,14 @@ def _steps(
             temperature=config.temperature, top_k=config.top_k, top_p=config.top_p,
         )  # fmt: skip
         token = select(scores, generator)  # (n,)
-        logprob = torch.log_softmax(logits, dim=-1).gather(1, token[:, None]).squeeze(1)  # (n,)
+        logprobs = None
+        if config.logprobs:
+            logprob = torch.log_softmax(logits, dim=-1).gather(1, token[:, None])  # (n, 1)
+            logprobs = logprob.squeeze(1).tolist()
         tokens = token.tolist()
         last = i == n_new - 1
         finished = ["eos" if tok in eos else ("length" if last else None) for tok in tokens]
-        step = Step(rows, tokens, logprob.tolist(), finished)
+        step = Step(rows, tokens, logprobs, finished)
         if stop is not None:
             for r, hit in enumerate(stop(step)):
                 if hit and finished[r] != "eos":
@@ -368,11 +373,12 @@ def generate(
     logprobs: list[list[float]] = [[] for _ in range(n)]
     reasons = ["length"] * n
     for step in steps:
-        for row, tok, lp, why in zip(
-            step.rows, step.tokens, step.logprobs, step.finished, strict=True
-        ):
+        for row, tok, why in zip(step.rows, step.tokens, step.finished, strict=True):
             tokens[row].append(tok)
-            logprobs[row].append(lp)
             if why is not None:
                 reasons[row] = why
-    return GenerationOutput(tokens, logprobs, reasons)
+        if step.logprobs is not None:
+            for row, lp in zip(step.rows, step.logprobs, strict=True):
+                logprobs[row].append(lp)
+    asked = resolve_config(config).logprobs
+    return GenerationOutput(tokens, logprobs if asked else None, reasons)

@@ -31,13 +31,14 @@ class GeneratedText:
         text: the new text, cut before a stop string; an ending eos is not part of it.
         tokens: the new ids (an ending eos included; after a stop string, the ids up to the
             one that completed it).
-        logprobs: the model's log-probability of each new id.
+        logprobs: the model's log-probability of each new id; None unless
+            ``GenerationConfig.logprobs``.
         finish_reason: "eos", "stop" or "length".
     """
 
     text: str = ""
     tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
+    logprobs: list[float] | None = None
     finish_reason: str = "length"
 
 
@@ -50,11 +51,14 @@ class _RowText:
         self.result = GeneratedText()
         self.pending = ""  # text shown since the caller last took it
 
-    def add(self, token: int, logprob: float, finished: str | None) -> bool:
+    def add(self, token: int, logprob: float | None, finished: str | None) -> bool:
         """Record one step; return whether a stop string has appeared."""
         r = self.result
         r.tokens.append(token)
-        r.logprobs.append(logprob)
+        if logprob is not None:
+            if r.logprobs is None:
+                r.logprobs = []
+            r.logprobs.append(logprob)
         text = "" if finished == "eos" else self.detokenizer.push(token)
         text = self.stops.feed(text)
         if finished is not None and not self.stops.stopped:
@@ -105,7 +109,8 @@ def _start(model, tokenizer, prompts: Sequence[str], config: GenerationConfig | 
         return [
             texts[row].add(tok, lp, why)
             for row, tok, lp, why in zip(
-                step.rows, step.tokens, step.logprobs, step.finished, strict=True
+                step.rows, step.tokens, step.logprobs or [None] * len(step.rows), step.finished,
+                strict=True,
             )
         ]
 

@@ -161,6 +161,7 @@ def build_config(args: argparse.Namespace, context_length: int):
         repetition_penalty=args.repetition_penalty,
         stop_strings=tuple(args.stop),
         seed=args.seed,
+        logprobs=args.json,  # only --json writes them
     )
 
 
