@@ -109,7 +109,10 @@ def _start(model, tokenizer, prompts: Sequence[str], config: GenerationConfig | 
         return [
             texts[row].add(tok, lp, why)
             for row, tok, lp, why in zip(
-                step.rows, step.tokens, step.logprobs or [None] * len(step.rows), step.finished,
+                step.rows,
+                step.tokens,
+                step.logprobs or [None] * len(step.rows),
+                step.finished,
                 strict=True,
             )
         ]
