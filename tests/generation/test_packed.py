@@ -48,6 +48,49 @@ def test_bfloat16_packed_product_is_close_to_f_linear():
     torch.testing.assert_close(got, expected, atol=3e-2, rtol=2e-2)
 
 
+def test_bfloat16_is_packed_in_float32_where_onednn_has_no_bfloat16_kernels():
+    """On this CPU: a bfloat16 weight packs as bfloat16 where oneDNN runs bfloat16, else in
+    float32."""
+    module = nn.Linear(64, 40).to(torch.bfloat16)
+    native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    assert packed_weight(module).dtype == (torch.bfloat16 if native else torch.float32)
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_bfloat16_in_float32_rows_and_the_single_row(monkeypatch, relu):
+    """With the float32 packing (forced here on any CPU), several rows are the float32 product
+    of the widened values rounded to bfloat16; one row takes torch's bfloat16 F.linear."""
+    import types
+
+    monkeypatch.setattr(packed, "_bf16_in_float32", lambda dtype: dtype == torch.bfloat16)
+    plain = []
+    monkeypatch.setattr(
+        packed,
+        "F",
+        types.SimpleNamespace(
+            linear=lambda *a: plain.append(1) or nn.functional.linear(*a),
+            relu=nn.functional.relu,
+        ),
+    )
+    torch.manual_seed(2)
+    module = nn.Linear(96, 50).to(torch.bfloat16)
+    weight = packed_weight(module)
+    assert weight.dtype == torch.float32
+    x = torch.randn(2, 3, 96).to(torch.bfloat16)
+    row = x[:1, :1]  # (1, 1, 96)
+    wide = nn.functional.linear(x.double(), module.weight.double(), module.bias.double())
+    wide = wide.relu() if relu else wide
+    with torch.inference_mode():
+        got = packed._product(x, module.weight, module.bias, weight, relu=relu)
+        assert not plain
+        one = packed._product(row, module.weight, module.bias, weight, relu=relu)
+        assert plain == [1]
+    assert got.dtype == one.dtype == torch.bfloat16 and got.shape == (2, 3, 50)
+    # float32 sums of exact bfloat16 products, then one rounding: within bfloat16's half-ulp
+    torch.testing.assert_close(got.double(), wide, rtol=2**-8, atol=1e-6)
+    torch.testing.assert_close(one.double(), wide[:1, :1], rtol=2**-7, atol=1e-2)
+
+
 def test_other_dtypes_and_gradients_take_f_linear():
     module = nn.Linear(8, 4).double()
     assert packed_weight(module) is None

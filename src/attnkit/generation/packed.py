@@ -28,8 +28,10 @@ few thousand weights (test-sized models) the packed path is slower; from GPT-2's
 shapes up it is faster.
 
 The rule (:func:`packed_weight`): a float32 or bfloat16 weight on a CPU, torch built with
-oneDNN (bfloat16 only where oneDNN runs it), no gradient wanted; anything else, or a weight
-oneDNN refuses, takes ``F.linear``. One exception per call (:func:`linear`): a single float32
+oneDNN, no gradient wanted; anything else, or a weight oneDNN refuses, takes ``F.linear``.
+Where oneDNN has no bfloat16 kernels (an AVX2 CPU), a bfloat16 weight is packed in float32:
+several rows are multiplied in float32 and rounded to bfloat16, one row takes torch's bfloat16
+``F.linear`` (:func:`_bf16_in_float32`). One exception per call (:func:`linear`): a single float32
 row takes MKL's matrix-vector product where it is faster than the prepacked one: on an Intel
 CPU through ``F.linear`` (10-20% faster there; :func:`attnkit.hardware.mkl_gemv_is_fast`),
 and where MKL runs generic code (AMD; :func:`attnkit.hardware.mkl_gemv_is_generic`) on a copy
@@ -111,9 +113,20 @@ def _packable(weight: Tensor) -> bool:
     """The rule (module docstring), before asking oneDNN."""
     if not _HAS_MKLDNN or weight.device.type != "cpu" or weight.dim() != 2:
         return False
-    if weight.dtype == torch.bfloat16:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    return weight.dtype == torch.float32
+    return weight.dtype in (torch.float32, torch.bfloat16)
+
+
+def _bf16_in_float32(dtype: torch.dtype) -> bool:
+    """bfloat16 on a CPU where oneDNN has no bfloat16 kernels (no AVX-512 or AMX: an AVX2
+    CPU): its packed weight is float32, and several rows are multiplied in float32.
+
+    torch's own bfloat16 product there multiplies one row at a time: on the AVX2-only AMD
+    EPYC, 8 rows of a 32,000 x 512 weight took 17.4 ms, against 2.4 ms for one row. A
+    bfloat16 value widens to float32 exactly and both products accumulate in float32, so the
+    float32 product rounded to bfloat16 is torch's up to the order of the sums. One row keeps
+    torch's product, which reads half the bytes (docs/benchmarks.md, "Text generation").
+    """
+    return dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 def _key(weight: Tensor) -> tuple:
@@ -137,7 +150,9 @@ def _packed(owner: nn.Module, weight: Tensor) -> Tensor | None:
     if entry is None or entry[0] != key:
         try:
             with torch.no_grad():
-                packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+                source = weight.detach()
+                source = source.float() if _bf16_in_float32(weight.dtype) else source
+                packed = torch.ops.mkldnn._reorder_linear_weight(source, None)
         except RuntimeError:  # e.g. bfloat16 with oneDNN limited to an older instruction set
             packed = None
         entry = (key, packed)
@@ -286,6 +301,13 @@ def _product(
     # oneDNN applies the ReLU to the float accumulators before rounding to the output dtype,
     # the same values as rounding first (ReLU keeps the sign), in one pass fewer.
     attr = "relu" if relu else "none"
+    if packed.dtype != x.dtype:  # bfloat16 computed in float32 (_bf16_in_float32)
+        if x.numel() == x.shape[-1]:  # one row: torch's bfloat16 product reads half the bytes
+            out = F.linear(x, weight, bias)
+            return F.relu(out) if relu else out
+        wide = None if bias is None else bias.float()
+        out = torch.ops.mkldnn._linear_pointwise(x.float(), packed, wide, attr, [], "")
+        return out.to(x.dtype)  # (..., out)
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, attr, [], "")  # (..., out)
 
 
