@@ -77,6 +77,22 @@ def test_logprobs_only_when_asked(pair):
         GenerationConfig(logprobs="yes")
 
 
+def test_logprobs_follow_rows_that_finish_early(pair):
+    """Rows that end at eos at different steps leave the batch; each keeps one log-probability
+    per token, the same as when it is generated alone."""
+    _, gpt = pair
+    free = generate(gpt, PROMPTS, GenerationConfig(max_new_tokens=12, eos_ids=()))
+    eos = (free.tokens[0][2], free.tokens[2][5])  # rows 0 and 2 end early (or earlier)
+    config = GenerationConfig(max_new_tokens=12, eos_ids=eos, logprobs=True)
+    out = generate(gpt, PROMPTS, config)
+    assert [len(t) for t in out.tokens] == [len(lp) for lp in out.logprobs]
+    assert len(out.tokens[0]) <= 3 and len(out.tokens[2]) <= 6
+    for row, prompt in enumerate(PROMPTS):
+        alone = generate(gpt, [prompt], config)
+        assert alone.tokens[0] == out.tokens[row]
+        assert alone.logprobs[0] == pytest.approx(out.logprobs[row], abs=1e-4)
+
+
 @pytest.mark.parametrize(
     "settings",
     [

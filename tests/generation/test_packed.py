@@ -41,7 +41,7 @@ def test_bfloat16_packed_product_is_close_to_f_linear():
     torch.manual_seed(0)
     module = nn.Linear(64, 40).to(torch.bfloat16)
     x = torch.randn(4, 64, dtype=torch.bfloat16)
-    weight = packed_weight(module)  # None where oneDNN cannot run bfloat16: F.linear then
+    weight = packed_weight(module)  # bfloat16, or float32 where oneDNN has no bf16 kernels
     with torch.inference_mode():
         got = linear(x, module, weight).float()
     expected = nn.functional.linear(x.float(), module.weight.float(), module.bias.float())
@@ -53,11 +53,36 @@ def test_bfloat16_is_packed_in_float32_where_onednn_has_no_bfloat16_kernels():
     float32."""
     module = nn.Linear(64, 40).to(torch.bfloat16)
     native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    assert packed_weight(module).dtype == (torch.bfloat16 if native else torch.float32)
+    weight = packed_weight(module)
+    assert weight is not None
+    assert weight.dtype == (torch.bfloat16 if native else torch.float32)
 
 
+def test_bfloat16_in_float32_only_where_the_copies_fit(monkeypatch):
+    """The float32 copies of a bfloat16 model are made only if they fit in half of the memory
+    still available; otherwise its layers keep F.linear within packed_linears."""
+    import attnkit.decoding.memory_bound as memory_bound
+
+    monkeypatch.setattr(packed, "_bf16_in_float32", lambda d: d == torch.bfloat16)
+    model = tiny_gpt().to(torch.bfloat16)
+    linears = [m for m in model.modules() if type(m) is nn.Linear]
+    need = sum(m.weight.numel() * 4 for m in linears)
+    monkeypatch.setattr(memory_bound, "available_memory", lambda device: 2 * need - 1)
+    with packed_linears(model):
+        assert not any("forward" in m.__dict__ for m in linears)
+    monkeypatch.setattr(memory_bound, "available_memory", lambda device: 2 * need)
+    with packed_linears(model):
+        assert all("forward" in m.__dict__ for m in linears)
+    # once made, the copies are not counted again (they already hold their memory)
+    monkeypatch.setattr(memory_bound, "available_memory", lambda device: 0)
+    with packed_linears(model):
+        assert all("forward" in m.__dict__ for m in linears)
+    release(model)
+
+
+@pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("relu", [False, True])
-def test_bfloat16_in_float32_rows_and_the_single_row(monkeypatch, relu):
+def test_bfloat16_in_float32_rows_and_the_single_row(monkeypatch, relu, bias):
     """With the float32 packing (forced here on any CPU), several rows are the float32 product
     of the widened values rounded to bfloat16; one row takes torch's bfloat16 F.linear."""
     import types
@@ -73,12 +98,13 @@ def test_bfloat16_in_float32_rows_and_the_single_row(monkeypatch, relu):
         ),
     )
     torch.manual_seed(2)
-    module = nn.Linear(96, 50).to(torch.bfloat16)
+    module = nn.Linear(96, 50, bias=bias).to(torch.bfloat16)
     weight = packed_weight(module)
     assert weight.dtype == torch.float32
     x = torch.randn(2, 3, 96).to(torch.bfloat16)
     row = x[:1, :1]  # (1, 1, 96)
-    wide = nn.functional.linear(x.double(), module.weight.double(), module.bias.double())
+    b = None if module.bias is None else module.bias.double()
+    wide = nn.functional.linear(x.double(), module.weight.double(), b)
     wide = wide.relu() if relu else wide
     with torch.inference_mode():
         got = packed._product(x, module.weight, module.bias, weight, relu=relu)
@@ -284,17 +310,27 @@ def tiny_translator():
     return Transformer(config).eval()
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_translation_model_cross_queries_and_relu_feed_forward_are_packed(dtype):
+@pytest.mark.parametrize(
+    "dtype, widen", [(torch.float32, None), (torch.bfloat16, None), (torch.bfloat16, True)]
+)
+def test_translation_model_cross_queries_and_relu_feed_forward_are_packed(
+    monkeypatch, dtype, widen
+):
     """Cross-attention's query rows of in_proj and the ReLU feed-forward layers run on packed
     weights within the block only, and the decoder gives F.linear's logits (float32: to
     rounding; bf16: the fused ReLU rounds as ReLU after the product does, so the packed
-    product with and without fusion agree exactly). Where oneDNN cannot pack the dtype, the
-    query rows stay unpatched and the feed-forward layer takes F.linear and ReLU."""
+    product with and without fusion agree exactly). ``widen``: bfloat16 packed in float32
+    (:func:`packed._bf16_in_float32`) forced on any CPU; None: this CPU's rule. Where oneDNN
+    refuses a weight, the query rows stay unpatched and the feed-forward layer takes F.linear
+    and ReLU."""
     from attnkit.modules import FeedForward, MultiHeadAttention
 
+    if widen:
+        monkeypatch.setattr(packed, "_bf16_in_float32", lambda d: d == torch.bfloat16)
     model = tiny_translator().to(dtype)
-    packable = packed_weight(model.output) is not None  # False: bf16 with oneDNN capped at AVX2
+    packable = packed_weight(model.output) is not None  # None only where oneDNN refuses it
+    if widen:
+        assert packed_weight(model.output).dtype == torch.float32
     src, tgt = torch.randint(1, 60, (3, 9)), torch.randint(1, 60, (3, 6))
     with torch.inference_mode():
         want = model(src, tgt)

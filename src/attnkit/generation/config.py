@@ -25,8 +25,8 @@ class GenerationConfig:
 
     ``logprobs`` is off by default, as in Hugging Face's ``generate`` (``output_scores``) and
     CTranslate2 (``return_log_prob``): each step then skips a log-softmax over the whole
-    vocabulary (docs/benchmarks.md: 0.4-0.5 ms of a 13 ms step at 8 rows of GPT-2's 50,257 ids
-    on an AVX2 CPU). ``attnkit generate --json`` turns it on.
+    vocabulary (docs/benchmarks.md: 0.41-0.55 ms of a 12.7 ms step at 8 rows of GPT-2's 50,257
+    ids on an AVX2 CPU). ``attnkit generate --json`` turns it on.
     """
 
     max_new_tokens: int = 64  # tokens to generate per prompt (fewer if a row stops early)
@@ -76,9 +76,8 @@ class GenerationConfig:
         if not all(isinstance(s, str) and s for s in self.stop_strings):
             raise ValueError(f"stop_strings: expected non-empty strings, got {self.stop_strings!r}")
         check_seed(self.seed)
-        for name in ("use_cache", "logprobs"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name}: expected True or False, got {getattr(self, name)!r}")
+        if not isinstance(self.logprobs, bool):
+            raise TypeError(f"logprobs: expected True or False, got {self.logprobs!r}")
 
     @property
     def greedy(self) -> bool:

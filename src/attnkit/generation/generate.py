@@ -22,7 +22,8 @@ logits.
 
 On a CPU the model's linear layers and its output head run on weights prepacked for oneDNN
 while generating (:mod:`~attnkit.generation.packed`, whose table gives the speed-up over
-``F.linear``), at the cost of a packed copy of the weights kept with the model.
+``F.linear``), at the cost of a packed copy of the weights kept with the model (twice the
+bfloat16 weights' size where they are packed in float32, on CPUs without bfloat16 kernels).
 
 Seeded sampling is reproducible for the same prompts in the same batch only: one generator
 draws for every row still generating, in turn, so a row's draws depend on the batch around it

@@ -51,8 +51,9 @@ and kept while its weight is unchanged (keyed on the tensor's storage and versio
 ``load_state_dict`` and the default optimizers' steps are seen; writes through ``.data`` and
 fused optimizer steps, ``torch.optim.Adam(fused=True)`` as attnkit's trainer uses, do not bump
 the counter and are not: call :func:`release` after them, as the trainer does after every
-evaluation). The copies cost the weights' size again in memory, freed with the model or by
-:func:`release`.
+evaluation). The copies cost the weights' size again in memory (a bfloat16 weight packed in
+float32: twice its size, made only if the model's copies fit in half of the memory still
+available), freed with the model or by :func:`release`.
 
 ``packed_linears(model, int8=True)`` packs float32 weights as int8 instead: dynamic
 quantization, as CTranslate2's ``compute_type="int8"`` does. Each weight row is quantized once
@@ -129,6 +130,30 @@ def _bf16_in_float32(dtype: torch.dtype) -> bool:
     return dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
+def _float32_copies_fit(model: nn.Module) -> bool:
+    """Whether the float32 packed copies that ``model``'s bfloat16 linear layers would get here
+    (:func:`_bf16_in_float32`: twice their bfloat16 size) and do not have yet fit in half of
+    the memory still available; if not, those layers keep ``F.linear``."""
+    need = 0
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if (
+            type(module) is nn.Linear
+            and weight.dtype == torch.bfloat16
+            and _packable(weight)
+            and _bf16_in_float32(weight.dtype)
+        ):
+            entry = _PACKED.get(module)
+            if entry is None or entry[0] != _key(weight):
+                need += weight.numel() * 4
+    if need == 0:
+        return True
+    from attnkit.decoding.memory_bound import available_memory  # (decoding imports this module)
+
+    free = available_memory(torch.device("cpu"))
+    return free is None or 2 * need <= free
+
+
 def _key(weight: Tensor) -> tuple:
     # Inference tensors keep no version counter; they cannot change outside inference mode.
     version = None if weight.is_inference() else weight._version
@@ -153,7 +178,7 @@ def _packed(owner: nn.Module, weight: Tensor) -> Tensor | None:
                 source = weight.detach()
                 source = source.float() if _bf16_in_float32(weight.dtype) else source
                 packed = torch.ops.mkldnn._reorder_linear_weight(source, None)
-        except RuntimeError:  # e.g. bfloat16 with oneDNN limited to an older instruction set
+        except RuntimeError:  # a weight oneDNN refuses: F.linear
             packed = None
         entry = (key, packed)
         _PACKED[owner] = entry
@@ -269,7 +294,8 @@ def linear(x: Tensor, module: nn.Linear, packed: Tensor | None) -> Tensor:
     124M's 49 layers took 26.8 ms a row that way on the AVX2-only AMD EPYC, against 35.0
     prepacked and 36.8 through ``F.linear`` (from 2 rows on the packed weight is faster:
     37.4 against 46.0 ms; docs/benchmarks.md, "Text generation"). The copy costs the
-    weight's memory once more, made at the first such call.
+    weight's memory once more, made at the first such call. A single bfloat16 row on a weight
+    packed in float32 (:func:`_bf16_in_float32`) takes ``F.linear`` too.
 
     Args:
         x: (..., in_features) in the weight's dtype.
@@ -321,8 +347,12 @@ def packed_linears(model: nn.Module, *, int8: bool = False) -> Iterator[None]:
     results, for inference.
     """
 
+    widen = _float32_copies_fit(model)
+
     def pack(owner: nn.Module, weight: Tensor, bias: Tensor | None):
         quantized = _int8(owner, weight, bias) if int8 else None
+        if quantized is None and not widen and _bf16_in_float32(weight.dtype):
+            return None  # no room for a float32 copy: torch's bfloat16 F.linear
         return quantized if quantized is not None else _packed(owner, weight)
 
     patched = []  # (module, name of the method patched on the instance)
