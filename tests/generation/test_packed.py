@@ -80,14 +80,11 @@ def test_bfloat16_in_float32_only_where_the_copies_fit(monkeypatch):
     release(model)
 
 
-@pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("relu", [False, True])
-def test_bfloat16_in_float32_rows_and_the_single_row(monkeypatch, relu, bias):
-    """With the float32 packing (forced here on any CPU), several rows are the float32 product
-    of the widened values rounded to bfloat16; one row takes torch's bfloat16 F.linear."""
+def _count_f_linear(monkeypatch) -> list:
+    """A list that gets an entry at each F.linear call of the packed module (which still
+    computes F.linear's product)."""
     import types
 
-    monkeypatch.setattr(packed, "_bf16_in_float32", lambda dtype: dtype == torch.bfloat16)
     plain = []
     monkeypatch.setattr(
         packed,
@@ -97,6 +94,16 @@ def test_bfloat16_in_float32_rows_and_the_single_row(monkeypatch, relu, bias):
             relu=nn.functional.relu,
         ),
     )
+    return plain
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("relu", [False, True])
+def test_bfloat16_in_float32_rows_and_the_single_row(monkeypatch, relu, bias):
+    """With the float32 packing (forced here on any CPU), several rows are the float32 product
+    of the widened values rounded to bfloat16; one row takes torch's bfloat16 F.linear."""
+    monkeypatch.setattr(packed, "_bf16_in_float32", lambda dtype: dtype == torch.bfloat16)
+    plain = _count_f_linear(monkeypatch)
     torch.manual_seed(2)
     module = nn.Linear(96, 50, bias=bias).to(torch.bfloat16)
     weight = packed_weight(module)
@@ -225,19 +232,9 @@ def test_one_float32_row_takes_mkl_where_it_is_faster(monkeypatch, mkl):
     is generic (AMD) the product with a row-major copy of the weight, made once; two rows or
     bfloat16 take the packed weight, and so does every call elsewhere. The product is
     F.linear's, to float32 rounding, either way."""
-    import types
-
     monkeypatch.setattr(packed, "_MKL_GEMV", mkl == "intel")
     monkeypatch.setattr(packed, "_MKL_GENERIC", mkl == "generic")
-    plain = []
-    monkeypatch.setattr(
-        packed,
-        "F",
-        types.SimpleNamespace(
-            linear=lambda *a: plain.append(1) or nn.functional.linear(*a),
-            relu=nn.functional.relu,
-        ),
-    )
+    plain = _count_f_linear(monkeypatch)
     torch.manual_seed(1)
     module = nn.Linear(48, 70)
     weight = packed_weight(module)
