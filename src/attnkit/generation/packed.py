@@ -103,6 +103,8 @@ def _mkldnn_ops() -> bool:
 
 
 _HAS_MKLDNN = torch.backends.mkldnn.is_available() and _mkldnn_ops()
+# oneDNN runs bfloat16 on this CPU (AVX-512 or AMX); asked once, as the flags below
+_ONEDNN_BF16 = _HAS_MKLDNN and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 _MKL_GEMV = mkl_gemv_is_fast()  # one float32 row: F.linear (MKL) on Intel CPUs
 _MKL_GENERIC = mkl_gemv_is_generic()  # one float32 row: the weight as (in, out), on AMD
 # id(packed weight) -> its weight as (in, out), contiguous: made at the first one-row float32
@@ -127,7 +129,7 @@ def _bf16_in_float32(dtype: torch.dtype) -> bool:
     float32 product rounded to bfloat16 is torch's up to the order of the sums. One row keeps
     torch's product, which reads half the bytes (docs/benchmarks.md, "Text generation").
     """
-    return dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return dtype == torch.bfloat16 and not _ONEDNN_BF16
 
 
 def _float32_copies_fit(model: nn.Module) -> bool:
@@ -136,13 +138,10 @@ def _float32_copies_fit(model: nn.Module) -> bool:
     the memory still available; if not, those layers keep ``F.linear``."""
     need = 0
     for module in model.modules():
-        weight = getattr(module, "weight", None)
-        if (
-            type(module) is nn.Linear
-            and weight.dtype == torch.bfloat16
-            and _packable(weight)
-            and _bf16_in_float32(weight.dtype)
-        ):
+        if type(module) is not nn.Linear:
+            continue
+        weight = module.weight
+        if _bf16_in_float32(weight.dtype) and _packable(weight):
             entry = _PACKED.get(module)
             if entry is None or entry[0] != _key(weight):
                 need += weight.numel() * 4
