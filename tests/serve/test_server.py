@@ -86,3 +86,35 @@ def test_busy_port_and_bad_folder_are_one_line_errors(tmp_path):
     done = _serve("--port", "0", "--translation-model", str(tmp_path), "--bert-model", "none")
     assert done.returncode == 2 and "attnkit serve: error:" in done.stderr
     assert str(tmp_path) in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_server_holds_openblas_at_one_thread(monkeypatch):
+    """OpenBLAS takes a thread count only from the main thread, so the server holds it at one
+    for its life: the jobs' one-row products (worker threads) can then take it."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from attnkit.generation import blas
+    from attnkit.serve import server
+
+    controller = blas._controller() if blas.available() else None
+
+    def counts():
+        return controller and [lib.get_num_threads() for lib in controller.lib_controllers]
+
+    before = counts()
+    seen = []
+    app = SimpleNamespace(state=SimpleNamespace(attnkit=None))
+    monkeypatch.setattr(server, "create_app", lambda settings, models=None: app)
+    monkeypatch.setattr(
+        server.DrainingServer, "run", lambda self, sockets=None: seen.append(blas.single_threaded())
+    )
+    sock = server.listen("127.0.0.1", 0)
+    try:
+        with pytest.raises(RuntimeError, match="did not start"):
+            server.serve(SimpleNamespace(drain_seconds=1), sock)
+    finally:
+        sock.close()
+    assert seen == [blas.available()]
+    assert counts() == before

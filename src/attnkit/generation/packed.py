@@ -84,6 +84,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit.generation import blas
 from attnkit.hardware import mkl_gemv_is_fast, mkl_gemv_is_generic
 from attnkit.modules.feed_forward import FeedForward
 from attnkit.modules.multihead import MultiHeadAttention
@@ -321,7 +322,11 @@ def _product(
     if _MKL_GENERIC and x.dtype == torch.float32 and x.numel() == x.shape[-1]:
         row = x.reshape(1, x.shape[-1])  # (1, in)
         wt = _row_major(packed, weight)  # (in, out)
-        out = (row @ wt if bias is None else torch.addmm(bias, row, wt)).view(*x.shape[:-1], -1)
+        if weight.shape[0] < blas.MAX_OUT_FEATURES and blas.single_threaded():
+            out = blas.row_product(row, wt.numpy(), bias)  # (1, out): OpenBLAS, one thread
+        else:
+            out = row @ wt if bias is None else torch.addmm(bias, row, wt)  # (1, out): MKL
+        out = out.view(*x.shape[:-1], -1)
         return F.relu(out) if relu else out
     # oneDNN applies the ReLU to the float accumulators before rounding to the output dtype,
     # the same values as rounding first (ReLU keeps the sign), in one pass fewer.
@@ -382,7 +387,8 @@ def packed_linears(model: nn.Module, *, int8: bool = False) -> Iterator[None]:
             module.forward = _feed_forward_relu(module, pack(first, first.weight, first.bias))
             patched.append((module, "forward"))
     try:
-        yield
+        with blas.one_thread():  # one-row products through OpenBLAS (linear)
+            yield
     finally:
         for module, name in patched:
             module.__dict__.pop(name, None)

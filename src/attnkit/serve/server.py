@@ -15,6 +15,7 @@ import socket
 
 import uvicorn
 
+from attnkit.generation import blas
 from attnkit.serve.app import create_app
 from attnkit.serve.loading import LoadedModels
 from attnkit.serve.settings import ServeSettings
@@ -87,7 +88,10 @@ def serve(
     previous = signal.signal(signal.SIGTERM, _ignore)
     logger.info("listening on http://%s:%d (the web page is at /, the API at /docs)", host, port)
     try:
-        server.run(sockets=[sock])
+        # OpenBLAS takes a thread count only from the main thread: held here for the server's
+        # life, so that the jobs' one-row products run on it (attnkit.generation.blas).
+        with blas.one_thread():
+            server.run(sockets=[sock])
     finally:
         signal.signal(signal.SIGTERM, previous)
     if not server.started:
