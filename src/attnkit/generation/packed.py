@@ -36,9 +36,12 @@ row takes MKL's matrix-vector product where it is faster than the prepacked one:
 CPU through ``F.linear`` (10-20% faster there; :func:`attnkit.hardware.mkl_gemv_is_fast`),
 and where MKL runs generic code (AMD; :func:`attnkit.hardware.mkl_gemv_is_generic`) on a copy
 of the weight transposed to (in, out), made at the first such call (1.3x faster than prepacked
-on the AVX2-only EPYC, where ``F.linear`` is as slow as prepacked); from 2 rows on the packed
-product is faster everywhere. They compute the same product; only the order of the float
-additions differs (a few 1e-6 relative in float32, as between any two BLAS kernels).
+on the AVX2-only EPYC, where ``F.linear`` is as slow as prepacked), multiplied there by numpy's
+OpenBLAS on one thread for weights with fewer than 30,000 outputs (1.2-1.6x faster than MKL on
+the layers' shapes: :mod:`~attnkit.generation.blas`, which :func:`packed_linears` holds at one
+thread) and by MKL for wider ones (output layers); from 2 rows on the packed product is faster
+everywhere. They compute the same product; only the order of the float additions differs (a
+few 1e-6 relative in float32, as between any two BLAS kernels).
 
 :func:`packed_linears` routes every ``nn.Linear`` of a model through its packed weight for the
 duration of a ``with`` block, without changing the modules' code (each instance's ``forward``
@@ -293,9 +296,12 @@ def linear(x: Tensor, module: nn.Linear, packed: Tensor | None) -> Tensor:
     weight transposed to (in, out), whose product reads the weight in one stream: GPT-2
     124M's 49 layers took 26.8 ms a row that way on the AVX2-only AMD EPYC, against 35.0
     prepacked and 36.8 through ``F.linear`` (from 2 rows on the packed weight is faster:
-    37.4 against 46.0 ms; docs/benchmarks.md, "Text generation"). The copy costs the
-    weight's memory once more, made at the first such call. A single bfloat16 row on a weight
-    packed in float32 (:func:`_bf16_in_float32`) takes ``F.linear`` too.
+    37.4 against 46.0 ms; docs/benchmarks.md, "Text generation"). On that copy, weights with
+    fewer than :data:`~attnkit.generation.blas.MAX_OUT_FEATURES` outputs are multiplied by
+    numpy's OpenBLAS while it runs on one thread (:mod:`~attnkit.generation.blas`; a GPT-2
+    124M step 33.9 -> 29.7 ms there), wider ones by MKL. The copy costs the weight's memory
+    once more, made at the first such call. A single bfloat16 row on a weight packed in
+    float32 (:func:`_bf16_in_float32`) takes ``F.linear`` too.
 
     Args:
         x: (..., in_features) in the weight's dtype.
