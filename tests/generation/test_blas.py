@@ -5,28 +5,30 @@ import threading
 import numpy as np
 import pytest
 import torch
-from threadpoolctl import threadpool_info
 from torch import nn
 
 from attnkit.generation import blas, packed
 from attnkit.generation.packed import linear, packed_linears, packed_weight
+from tests.helpers.blas import openblas_at_two_threads, openblas_threads
 
 
-def _openblas_threads() -> list[int]:
-    return [lib["num_threads"] for lib in threadpool_info() if lib["internal_api"] == "openblas"]
-
-
-def test_available_follows_numpys_blas(monkeypatch):
-    """PyPI's numpy wheels are built with OpenBLAS; a numpy built otherwise (MKL, Accelerate)
-    or one that does not say takes MKL's product instead."""
-    name = np.show_config(mode="dicts")["Build Dependencies"]["blas"]["name"]
-    assert blas.available() is ("openblas" in name.lower() and bool(_openblas_threads()))
-    for other in ("mkl-sdl", "accelerate", ""):
-        monkeypatch.setattr(blas, "_numpy_blas", lambda other=other: other)
+def test_available_needs_generic_mkl_and_numpys_openblas(monkeypatch):
+    """Only where torch's MKL runs generic code (AMD) and numpy is built with OpenBLAS (PyPI's
+    wheels are); elsewhere nothing is held and the counts are left alone."""
+    try:
+        name = np.show_config(mode="dicts")["Build Dependencies"]["blas"]["name"]
+    except TypeError:  # numpy before 1.25 does not say
+        name = ""
+    monkeypatch.setattr(blas, "mkl_gemv_is_generic", lambda: True)
+    assert blas.available() is ("openblas" in name.lower() and bool(openblas_threads()))
+    before = openblas_threads()
+    cases = [("mkl-sdl", True), ("accelerate", True), ("", True), ("scipy-openblas", False)]
+    for numpy_blas, generic in cases:
+        monkeypatch.setattr(blas, "_numpy_blas", lambda numpy_blas=numpy_blas: numpy_blas)
+        monkeypatch.setattr(blas, "mkl_gemv_is_generic", lambda generic=generic: generic)
         assert blas.available() is False
-        before = _openblas_threads()
         with blas.one_thread():  # nothing to hold: the counts are left alone
-            assert not blas.single_threaded() and _openblas_threads() == before
+            assert not blas.single_threaded() and openblas_threads() == before
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -50,72 +52,83 @@ def test_row_product_is_f_linear(bias):
         )
 
 
-needs_openblas = pytest.mark.skipif(
-    not blas.available(), reason="numpy here is not built with OpenBLAS (PyPI's wheels are)"
-)
+def test_row_product_refuses_a_wrong_width_and_overflows_silently():
+    weight_t = np.ones((8, 3), dtype=np.float32)
+    with pytest.raises(ValueError, match="expected 8 input features.*got shape \\(1, 7\\)"):
+        blas.row_product(torch.ones(1, 7), weight_t, None)
+    huge = torch.full((1, 8), 3e38)
+    with np.errstate(all="raise"):  # as under -W error: torch's product does not warn either
+        out = blas.row_product(huge, weight_t, None)
+    assert torch.isinf(out).all()
 
 
-@needs_openblas
-def test_one_thread_holds_openblas_and_puts_the_counts_back():
-    """Blocks nest and overlap across threads: the counts come back when the last one exits
-    (here in the main thread, the only one whose thread counts OpenBLAS takes)."""
-    before = _openblas_threads()
-    assert blas.single_threaded() is (set(before) == {1})
-    entered, leave, left = threading.Event(), threading.Event(), threading.Event()
-    seen = []
+def test_one_thread_holds_openblas_and_puts_the_counts_back(monkeypatch):
+    """Blocks nest and overlap across threads; the count comes back when the last one exits.
+    A block the main thread holds serves every thread."""
+    with openblas_at_two_threads(monkeypatch):
+        assert not blas.single_threaded()
+        entered, leave, left = threading.Event(), threading.Event(), threading.Event()
+        seen = []
 
-    def other():
+        def other():
+            with blas.one_thread():
+                entered.set()
+                leave.wait(10)
+                seen.append(blas.single_threaded())
+            left.set()
+
+        worker = threading.Thread(target=other)
         with blas.one_thread():
-            entered.set()
-            leave.wait(10)
-            seen.append(blas.single_threaded())
-        left.set()
-
-    worker = threading.Thread(target=other)
-    with blas.one_thread():
-        assert blas.single_threaded() and set(_openblas_threads()) == {1}
-        with blas.one_thread():  # nested
+            assert blas.single_threaded() and set(openblas_threads()) == {1}
+            with blas.one_thread():  # nested
+                assert blas.single_threaded()
             assert blas.single_threaded()
-        assert blas.single_threaded()
+            worker.start()
+            assert entered.wait(10)
+            leave.set()
+            assert left.wait(10)
+        worker.join(10)
+        assert seen == [True]
+        assert set(openblas_threads()) == {2} and not blas.single_threaded()
+
+
+def test_a_block_alone_in_another_thread_may_hold_nothing(monkeypatch):
+    """Once the main thread has set OpenBLAS's count, a count set from another thread is
+    ignored: a block there holds nothing and its one-row products take MKL."""
+    with openblas_at_two_threads(monkeypatch):
+        seen = []
+
+        def other():
+            with blas.one_thread():
+                seen.append((blas.single_threaded(), openblas_threads()))
+
+        worker = threading.Thread(target=other)
         worker.start()
-        assert entered.wait(10)
-        leave.set()
-        assert left.wait(10)
-    worker.join(10)
-    assert seen == [True]  # the main thread's block held it for the other thread too
-    assert _openblas_threads() == before
+        worker.join(10)
+        assert seen == [(False, openblas_threads())]
+        assert set(openblas_threads()) == {2}
 
 
-@needs_openblas
-def test_a_block_alone_in_another_thread_holds_nothing():
-    """OpenBLAS ignores a thread count set outside the main thread: there the block holds
-    nothing and one-row products take MKL (single_threaded is False), unless OpenBLAS already
-    runs on one thread."""
-    before = _openblas_threads()
-    if set(before) == {1}:
-        pytest.skip("OpenBLAS runs on one thread in this process (OPENBLAS_NUM_THREADS=1)")
-    seen = []
-
-    def other():
-        with blas.one_thread():
-            seen.append((blas.single_threaded(), _openblas_threads()))
-
-    worker = threading.Thread(target=other)
-    worker.start()
-    worker.join(10)
-    assert seen == [(False, before)]
-    assert _openblas_threads() == before
+def test_a_block_that_raises_puts_the_counts_back(monkeypatch):
+    with openblas_at_two_threads(monkeypatch):
+        with pytest.raises(RuntimeError, match="boom"), blas.one_thread():
+            assert set(openblas_threads()) == {1}
+            raise RuntimeError("boom")
+        assert set(openblas_threads()) == {2}
 
 
-@needs_openblas
-def test_a_block_that_raises_puts_the_counts_back():
-    before = _openblas_threads()
-    with pytest.raises(RuntimeError, match="boom"), blas.one_thread():
-        raise RuntimeError("boom")
-    assert _openblas_threads() == before
+needs_onednn = pytest.mark.skipif(not packed._HAS_MKLDNN, reason="torch built without oneDNN")
 
 
-@needs_openblas
+def _count_row_products(monkeypatch) -> list[tuple[int, int]]:
+    """The (in, out) shape of the weight of every row_product call, from now on."""
+    calls = []
+    product = blas.row_product
+    monkeypatch.setattr(blas, "row_product", lambda *a: calls.append(a[1].shape) or product(*a))
+    return calls
+
+
+@needs_onednn
 def test_one_float32_row_takes_openblas_within_packed_linears(monkeypatch):
     """Where MKL is generic (AMD): one float32 row through a weight with fewer than
     MAX_OUT_FEATURES outputs takes OpenBLAS inside packed_linears; an output layer as wide as
@@ -123,13 +136,11 @@ def test_one_float32_row_takes_openblas_within_packed_linears(monkeypatch):
     monkeypatch.setattr(packed, "_MKL_GENERIC", True)
     monkeypatch.setattr(packed, "_MKL_GEMV", False)
     monkeypatch.setattr(blas, "MAX_OUT_FEATURES", 64)
-    calls = []
-    product = blas.row_product
-    monkeypatch.setattr(blas, "row_product", lambda *a: calls.append(a[1].shape) or product(*a))
+    calls = _count_row_products(monkeypatch)
     torch.manual_seed(2)
     model = nn.Sequential(nn.Linear(40, 63), nn.ReLU(), nn.Linear(63, 64))  # 64: the limit
     x = torch.randn(1, 40)
-    with torch.inference_mode():
+    with openblas_at_two_threads(monkeypatch), torch.inference_mode():
         want = model(x)
         outside = linear(x, model[0], packed_weight(model[0]))
         assert calls == []
@@ -138,12 +149,11 @@ def test_one_float32_row_takes_openblas_within_packed_linears(monkeypatch):
             assert calls == [(40, 63)]  # the 64-wide layer took MKL
             model(torch.randn(3, 40))  # several rows: oneDNN
             assert calls == [(40, 63)]
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-    with torch.inference_mode():
         torch.testing.assert_close(outside, model[0](x), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
-@needs_openblas
+@needs_onednn
 def test_greedy_generation_is_the_same_through_openblas(monkeypatch):
     """A GPT at one row: the same greedy tokens and close log-probabilities with the one-row
     products through OpenBLAS as through MKL (the order of the float sums differs)."""
@@ -152,9 +162,7 @@ def test_greedy_generation_is_the_same_through_openblas(monkeypatch):
 
     monkeypatch.setattr(packed, "_MKL_GENERIC", True)
     monkeypatch.setattr(packed, "_MKL_GEMV", False)
-    calls = []
-    product = blas.row_product
-    monkeypatch.setattr(blas, "row_product", lambda *a: calls.append(1) or product(*a))
+    calls = _count_row_products(monkeypatch)
     torch.manual_seed(3)
     config = GPTConfig(
         vocab_size=211, context_length=64, d_model=48, num_heads=4, num_layers=2, d_ff=96,
@@ -162,11 +170,16 @@ def test_greedy_generation_is_the_same_through_openblas(monkeypatch):
     )  # fmt: skip
     model = GPT(config).eval()
     settings = GenerationConfig(max_new_tokens=20, eos_ids=(), logprobs=True)
-    via_openblas = generate(model, [[5, 6, 7, 8]], settings)
-    assert calls  # every layer and the head (211 < MAX_OUT_FEATURES) went through it
-    monkeypatch.setattr(blas, "MAX_OUT_FEATURES", 0)
-    calls.clear()
-    via_mkl = generate(model, [[5, 6, 7, 8]], settings)
-    assert calls == []
+    with openblas_at_two_threads(monkeypatch):
+        via_openblas = generate(model, [[5, 6, 7, 8]], settings)
+        # The prompt's output layer (its last position), then each of the 19 one-row steps:
+        # per layer the stacked q/k/v projection, the attention's output and the two
+        # feed-forward products, then the output layer.
+        step = [(48, 144), (48, 48), (48, 96), (96, 48)] * 2 + [(48, 211)]
+        assert calls == [(48, 211)] + step * 19
+        monkeypatch.setattr(blas, "MAX_OUT_FEATURES", 0)
+        calls.clear()
+        via_mkl = generate(model, [[5, 6, 7, 8]], settings)
+        assert calls == []
     assert via_openblas.tokens == via_mkl.tokens
     np.testing.assert_allclose(via_openblas.logprobs, via_mkl.logprobs, rtol=1e-4, atol=1e-5)

@@ -89,32 +89,33 @@ def test_busy_port_and_bad_folder_are_one_line_errors(tmp_path):
 
 
 def test_the_server_holds_openblas_at_one_thread(monkeypatch):
-    """OpenBLAS takes a thread count only from the main thread, so the server holds it at one
-    for its life: the jobs' one-row products (worker threads) can then take it."""
+    """A count set from a worker thread is ignored once the main thread has set one, so the
+    server holds OpenBLAS at one thread from the main thread for its life: the jobs' one-row
+    products (worker threads) can then take it. The counts come back afterwards."""
     from types import SimpleNamespace
 
     import pytest
 
     from attnkit.generation import blas
     from attnkit.serve import server
+    from tests.helpers.blas import openblas_at_two_threads, openblas_threads
 
-    controller = blas._controller() if blas.available() else None
-
-    def counts():
-        return controller and [lib.get_num_threads() for lib in controller.lib_controllers]
-
-    before = counts()
     seen = []
     app = SimpleNamespace(state=SimpleNamespace(attnkit=None))
     monkeypatch.setattr(server, "create_app", lambda settings, models=None: app)
-    monkeypatch.setattr(
-        server.DrainingServer, "run", lambda self, sockets=None: seen.append(blas.single_threaded())
-    )
-    sock = server.listen("127.0.0.1", 0)
-    try:
-        with pytest.raises(RuntimeError, match="did not start"):
-            server.serve(SimpleNamespace(drain_seconds=1), sock)
-    finally:
-        sock.close()
-    assert seen == [blas.available()]
-    assert counts() == before
+
+    def run(self, sockets=None):
+        worker = threading.Thread(target=lambda: seen.append(blas.single_threaded()))
+        worker.start()
+        worker.join(10)
+
+    monkeypatch.setattr(server.DrainingServer, "run", run)
+    with openblas_at_two_threads(monkeypatch):
+        sock = server.listen("127.0.0.1", 0)
+        try:
+            with pytest.raises(RuntimeError, match="did not start"):
+                server.serve(SimpleNamespace(drain_seconds=1), sock)
+        finally:
+            sock.close()
+        assert seen == [True]
+        assert set(openblas_threads()) == {2}

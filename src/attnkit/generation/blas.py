@@ -4,44 +4,48 @@ A decoding step at one row multiplies a row by every weight of the model: a matr
 product, bound by how fast the weight streams from memory. Where torch's MKL runs generic code
 (AMD CPUs, :func:`attnkit.hardware.mkl_gemv_is_generic`), :mod:`~attnkit.generation.packed`
 takes that product on a copy of the weight transposed to (in, out). On such a copy the
-OpenBLAS that numpy's wheels ship streams the layers' shapes 1.2-1.6x faster than MKL, one
-thread each, while MKL is as fast or faster for an output layer's tens of thousands of columns
-(AVX2-only AMD EPYC, weights coming from memory, GB/s; docs/benchmarks.md, "Text generation"):
+OpenBLAS that numpy's wheels ship streamed the GPT-2 and Llama layers' shapes 1.2-1.7x faster
+than MKL, one thread each, and output layers of 32,000 columns and more slower (AVX2-only AMD
+EPYC, weights coming from memory, GB/s; unmeasured on other CPUs; docs/benchmarks.md, "Text
+generation"):
 
 =====================  ====  ========  ==========================
 weight (in, out)       MKL   OpenBLAS  model
 =====================  ====  ========  ==========================
+768 x 2304             18.0  21.3      GPT-2 124M attention input
 768 x 768              13.6  18.7      GPT-2 124M attention output
-3072 x 768             14.1  18.8      GPT-2 124M feed-forward out
 768 x 3072             19.2  23.6      GPT-2 124M feed-forward in
-512 x 512              9.9   14.3      Llama-shaped (benchmarks)
+3072 x 768             14.1  18.8      GPT-2 124M feed-forward out
+512 x 512              9.9   14.3      Llama-shaped attention
 1408 x 512             10.5  15.0      Llama-shaped feed-forward
-4096 x 22016           23.3  23.5
+2048 x 24576           21.8  24.3
 1024 x 32000           22.7  21.5      an output layer
 768 x 50257            21.8  19.8      GPT-2's output layer
 =====================  ====  ========  ==========================
 
 So :func:`row_product` is used for weights with fewer than :data:`MAX_OUT_FEATURES` outputs.
 
-OpenBLAS has its own thread pool, by default one thread per core, whose threads spin after
-each call. Beside torch's threads they fight for the cores: a GPT-2 124M step took 117 ms
-instead of 32 with both at two threads. So the products run on one OpenBLAS thread (MKL's
-matrix-vector product did not use a second thread either): :func:`one_thread` holds every
-OpenBLAS of the process at one thread (threadpoolctl) from the first ``with`` block entered
-until the last one open exits, then puts the counts back, and :func:`row_product` is taken
-only while OpenBLAS runs on one thread (:func:`single_threaded`, asked at every call). Other
-numpy products of the process run on one thread meanwhile.
+OpenBLAS has its own thread pool, by default one thread per core, whose idle threads spin.
+Beside torch's threads they fight for the cores: a GPT-2 124M step at one row took 117 ms
+through OpenBLAS at two threads against 34 ms through MKL, torch at two threads (MKL's
+matrix-vector product ran as fast with one thread as with two). So the products run on one
+OpenBLAS thread: :func:`one_thread` holds every OpenBLAS of the process at one thread
+(threadpoolctl) from the first ``with`` block entered until the last one open exits, then puts
+the counts back, and :func:`row_product` is taken only while OpenBLAS runs on one thread
+(:func:`single_threaded`, asked at every call). Other numpy products of the process run on one
+thread meanwhile.
 
-OpenBLAS (its pthreads build, PyPI's) takes a new thread count only from the process's main
-thread and ignores one set from any other: a block entered in another thread (a server's
-worker) holds nothing, and its products take MKL, unless the main thread holds OpenBLAS
+OpenBLAS (0.3.31, its pthreads build, PyPI's) ignores a thread count set outside the main
+thread once the main thread has set one: a block entered in another thread (a server's worker)
+may then hold nothing, and its products take MKL, unless the main thread holds OpenBLAS
 (``attnkit serve`` does, for the server's life) or ``OPENBLAS_NUM_THREADS=1`` is set; a last
-block that exits in another thread cannot put the count back either.
+block that exits in such a thread cannot put the count back either.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -49,6 +53,8 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 from torch import Tensor
+
+from attnkit.hardware import mkl_gemv_is_generic
 
 __all__ = ["MAX_OUT_FEATURES", "available", "one_thread", "row_product", "single_threaded"]
 
@@ -79,8 +85,12 @@ def _controller():
 
 
 def available() -> bool:
-    """Whether numpy multiplies float32 with an OpenBLAS whose threads can be held at one."""
-    return "openblas" in _numpy_blas().lower() and _controller() is not None
+    """Whether one-row products take OpenBLAS here: torch's MKL runs generic code on this CPU
+    (elsewhere MKL is the faster, and nothing is held) and numpy multiplies float32 with an
+    OpenBLAS whose threads threadpoolctl can hold."""
+    return (
+        mkl_gemv_is_generic() and "openblas" in _numpy_blas().lower() and _controller() is not None
+    )
 
 
 _LOCK = threading.Lock()
@@ -88,11 +98,21 @@ _HOLDERS = 0  # with blocks of one_thread open, in every thread
 _LIMITER = None  # threadpoolctl's limiter while they are, to put the counts back
 
 
+def _forget_holders() -> None:
+    """In a forked child: no block of its own is open (the parent's are not its to close)."""
+    global _LOCK, _HOLDERS, _LIMITER
+    _LOCK, _HOLDERS, _LIMITER = threading.Lock(), 0, None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_holders)
+
+
 @contextmanager
 def one_thread() -> Iterator[None]:
     """Hold OpenBLAS at one thread for the block (module docstring); blocks may nest and
-    overlap across threads. Does nothing where :func:`available` is False, and holds nothing
-    when entered outside the main thread while no other block is open there."""
+    overlap across threads. Does nothing where :func:`available` is False; in a thread other
+    than the main one it may hold nothing (module docstring)."""
     global _HOLDERS, _LIMITER
     if not available():
         yield
@@ -130,6 +150,17 @@ def row_product(row: Tensor, weight_t: np.ndarray, bias: Tensor | None) -> Tenso
 
     Returns:
         (1, out) float32, a new tensor.
+
+    Raises:
+        ValueError: for a row whose width is not the weight's input width.
     """
-    out = torch.from_numpy(np.matmul(row.contiguous().numpy(), weight_t))  # (1, out)
+    if row.shape[-1] != weight_t.shape[0]:
+        raise ValueError(
+            f"x: expected {weight_t.shape[0]} input features (the weight's in_features), got "
+            f"shape {tuple(row.shape)}"
+        )
+    # Silent on overflow, as torch's products are (numpy would warn: an error under -W error).
+    with np.errstate(all="ignore"):
+        out = np.matmul(row.contiguous().numpy(), weight_t)  # (1, out)
+    out = torch.from_numpy(out)
     return out if bias is None else out.add_(bias)

@@ -37,11 +37,12 @@ CPU through ``F.linear`` (10-20% faster there; :func:`attnkit.hardware.mkl_gemv_
 and where MKL runs generic code (AMD; :func:`attnkit.hardware.mkl_gemv_is_generic`) on a copy
 of the weight transposed to (in, out), made at the first such call (1.3x faster than prepacked
 on the AVX2-only EPYC, where ``F.linear`` is as slow as prepacked), multiplied there by numpy's
-OpenBLAS on one thread for weights with fewer than 30,000 outputs (1.2-1.6x faster than MKL on
-the layers' shapes: :mod:`~attnkit.generation.blas`, which :func:`packed_linears` holds at one
-thread) and by MKL for wider ones (output layers); from 2 rows on the packed product is faster
-everywhere. They compute the same product; only the order of the float additions differs (a
-few 1e-6 relative in float32, as between any two BLAS kernels).
+OpenBLAS on one thread for weights with fewer than 30,000 outputs (1.2-1.7x faster than MKL on
+GPT-2's and the Llama shape's layers there: :mod:`~attnkit.generation.blas`, which
+:func:`packed_linears` holds at one thread) and by MKL for wider ones (output layers); from 2
+rows on the packed product is faster everywhere. They compute the same product; only the
+order of the float additions differs (a few 1e-6 relative in float32, as between any two BLAS
+kernels).
 
 :func:`packed_linears` routes every ``nn.Linear`` of a model through its packed weight for the
 duration of a ``with`` block, without changing the modules' code (each instance's ``forward``

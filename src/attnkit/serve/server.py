@@ -88,8 +88,9 @@ def serve(
     previous = signal.signal(signal.SIGTERM, _ignore)
     logger.info("listening on http://%s:%d (the web page is at /, the API at /docs)", host, port)
     try:
-        # OpenBLAS takes a thread count only from the main thread: held here for the server's
-        # life, so that the jobs' one-row products run on it (attnkit.generation.blas).
+        # OpenBLAS ignores a thread count set from a worker thread once the main thread has set
+        # one: held here for the server's life, so that the jobs' one-row products can take it
+        # (attnkit.generation.blas; nothing is held where they would not).
         with blas.one_thread():
             server.run(sockets=[sock])
     finally:

@@ -1,0 +1,32 @@
+"""Helpers of the OpenBLAS tests (attnkit.generation.blas): the thread counts threadpoolctl
+reads, and OpenBLAS at two threads set from the main thread, as on a machine with two cores."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from attnkit.generation import blas
+
+
+def openblas_threads() -> list[int]:
+    """The thread count of every OpenBLAS loaded in the process."""
+    return [lib["num_threads"] for lib in threadpool_info() if lib["internal_api"] == "openblas"]
+
+
+@contextmanager
+def openblas_at_two_threads(monkeypatch) -> Iterator[None]:
+    """OpenBLAS at two threads, set from the main thread (so that a count set from another
+    thread is ignored, as in a server), and the rule's CPU check answering "generic MKL", so
+    that the one-row products may take OpenBLAS on any CPU. Skips where numpy has no OpenBLAS
+    (PyPI's wheels have one) or it cannot run two threads."""
+    monkeypatch.setattr(blas, "mkl_gemv_is_generic", lambda: True)
+    if not blas.available():
+        pytest.skip("numpy here is not built with OpenBLAS (PyPI's wheels are)")
+    with threadpool_limits(limits=2, user_api="blas"):
+        if set(openblas_threads()) != {2}:
+            pytest.skip(f"OpenBLAS does not take two threads here: {openblas_threads()}")
+        yield
