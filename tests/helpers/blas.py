@@ -7,14 +7,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from threadpoolctl import threadpool_info, threadpool_limits
+from threadpoolctl import threadpool_limits
 
 from attnkit.generation import blas
 
 
 def openblas_threads() -> list[int]:
-    """The thread count of every OpenBLAS loaded in the process."""
-    return [lib["num_threads"] for lib in threadpool_info() if lib["internal_api"] == "openblas"]
+    """The thread count of every OpenBLAS that attnkit holds: those loaded when it first looked
+    (numpy's among them; one that another package loads later, scipy's, is not numpy's)."""
+    controller = blas._controller()
+    if controller is None:
+        return []
+    return [lib.get_num_threads() for lib in controller.lib_controllers]
 
 
 @contextmanager
