@@ -130,15 +130,19 @@ def _count_row_products(monkeypatch) -> list[tuple[int, int]]:
 
 @needs_onednn
 def test_one_float32_row_takes_openblas_within_packed_linears(monkeypatch):
-    """Where MKL is generic (AMD): one float32 row through a weight with fewer than
-    MAX_OUT_FEATURES outputs takes OpenBLAS inside packed_linears; an output layer as wide as
-    the limit, several rows, or a call outside the block take MKL or oneDNN."""
+    """Where MKL is generic (AMD): one float32 row through a weight with at least MIN_WEIGHTS
+    weights and fewer than MAX_OUT_FEATURES outputs takes OpenBLAS inside packed_linears; a
+    smaller layer, an output layer as wide as the limit, several rows, or a call outside the
+    block take MKL or oneDNN."""
     monkeypatch.setattr(packed, "_MKL_GENERIC", True)
     monkeypatch.setattr(packed, "_MKL_GEMV", False)
     monkeypatch.setattr(blas, "MAX_OUT_FEATURES", 64)
+    monkeypatch.setattr(blas, "MIN_WEIGHTS", 2000)
     calls = _count_row_products(monkeypatch)
     torch.manual_seed(2)
-    model = nn.Sequential(nn.Linear(40, 63), nn.ReLU(), nn.Linear(63, 64))  # 64: the limit
+    model = nn.Sequential(
+        nn.Linear(40, 63), nn.ReLU(), nn.Linear(63, 30), nn.ReLU(), nn.Linear(30, 64)
+    )  # 2,520 weights: OpenBLAS; 1,890 (< MIN_WEIGHTS) and 64 outputs (the limit): MKL
     x = torch.randn(1, 40)
     with openblas_at_two_threads(monkeypatch), torch.inference_mode():
         want = model(x)
@@ -146,7 +150,7 @@ def test_one_float32_row_takes_openblas_within_packed_linears(monkeypatch):
         assert calls == []
         with packed_linears(model):
             got = model(x)
-            assert calls == [(40, 63)]  # the 64-wide layer took MKL
+            assert calls == [(40, 63)]
             model(torch.randn(3, 40))  # several rows: oneDNN
             assert calls == [(40, 63)]
         torch.testing.assert_close(outside, model[0](x), atol=1e-5, rtol=1e-5)
@@ -162,6 +166,7 @@ def test_greedy_generation_is_the_same_through_openblas(monkeypatch):
 
     monkeypatch.setattr(packed, "_MKL_GENERIC", True)
     monkeypatch.setattr(packed, "_MKL_GEMV", False)
+    monkeypatch.setattr(blas, "MIN_WEIGHTS", 0)  # test-sized layers
     calls = _count_row_products(monkeypatch)
     torch.manual_seed(3)
     config = GPTConfig(

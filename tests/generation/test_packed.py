@@ -157,7 +157,7 @@ def test_packed_linears_patches_only_within_its_block(monkeypatch):
     model = tiny_gpt()
     calls = []
     real = packed.linear
-    monkeypatch.setattr(packed, "linear", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(packed, "linear", lambda *a, **k: calls.append(1) or real(*a, **k))
     ids = torch.randint(0, 97, (2, 7))
     with torch.inference_mode():
         plain = model(ids).logits

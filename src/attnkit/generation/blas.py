@@ -23,7 +23,9 @@ weight (in, out)       MKL   OpenBLAS  model
 768 x 50257            21.8  19.8      GPT-2's output layer
 =====================  ====  ========  ==========================
 
-So :func:`row_product` is used for weights with fewer than :data:`MAX_OUT_FEATURES` outputs.
+So :func:`row_product` is used for weights with fewer than :data:`MAX_OUT_FEATURES` outputs
+and at least :data:`MIN_WEIGHTS` weights (:func:`takes`): a numpy call costs a few
+microseconds more than torch's, which test-sized layers do not win back.
 
 OpenBLAS has its own thread pool, by default one thread per core, whose idle threads spin.
 Beside torch's threads they fight for the cores: a GPT-2 124M step at one row took 117 ms
@@ -32,7 +34,7 @@ matrix-vector product ran as fast with one thread as with two). So the products 
 OpenBLAS thread: :func:`one_thread` holds every OpenBLAS of the process at one thread
 (threadpoolctl) from the first ``with`` block entered until the last one open exits, then puts
 the counts back, and :func:`row_product` is taken only while OpenBLAS runs on one thread
-(:func:`single_threaded`, asked at every call). Other numpy products of the process run on one
+(:func:`single_threaded`, asked when :func:`~attnkit.generation.packed.packed_linears` opens). Other numpy products of the process run on one
 thread meanwhile.
 
 OpenBLAS (0.3.31, its pthreads build, PyPI's) ignores a thread count set outside the main
@@ -56,11 +58,23 @@ from torch import Tensor
 
 from attnkit.hardware import mkl_gemv_is_generic
 
-__all__ = ["MAX_OUT_FEATURES", "available", "one_thread", "row_product", "single_threaded"]
+__all__ = [
+    "MAX_OUT_FEATURES",
+    "MIN_WEIGHTS",
+    "available",
+    "one_thread",
+    "row_product",
+    "single_threaded",
+    "takes",
+]
 
 # Below this many output features OpenBLAS's product was the faster (table above): 24,576
 # columns and fewer measured faster, 32,000 and more not.
 MAX_OUT_FEATURES = 30_000
+# From this many weights on (a 256 x 512 layer) OpenBLAS's faster stream pays for its call:
+# a GPT of width 128 decoded 6% slower with its 128 x 512 layers through it, width 64 and
+# 256 the same (12 layers, one row, 128 tokens).
+MIN_WEIGHTS = 131_072
 
 
 @functools.cache
@@ -138,6 +152,12 @@ def single_threaded() -> bool:
     return controller is not None and all(
         lib.get_num_threads() == 1 for lib in controller.lib_controllers
     )
+
+
+def takes(weight: Tensor) -> bool:
+    """Whether a one-row product through ``weight`` (out, in) takes OpenBLAS (module
+    docstring), once OpenBLAS is known to run on one thread."""
+    return MIN_WEIGHTS <= weight.numel() and weight.shape[0] < MAX_OUT_FEATURES
 
 
 def row_product(row: Tensor, weight_t: np.ndarray, bias: Tensor | None) -> Tensor:

@@ -77,6 +77,7 @@ Where bfloat16 is native it is faster still on the Xeon (373.8).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import warnings
@@ -84,6 +85,7 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -114,7 +116,7 @@ _MKL_GEMV = mkl_gemv_is_fast()  # one float32 row: F.linear (MKL) on Intel CPUs
 _MKL_GENERIC = mkl_gemv_is_generic()  # one float32 row: the weight as (in, out), on AMD
 # id(packed weight) -> its weight as (in, out), contiguous: made at the first one-row float32
 # call where MKL is generic, dropped with the packed weight
-_ROW_MAJOR: dict[int, Tensor] = {}
+_ROW_MAJOR: dict[int, tuple[Tensor, np.ndarray]] = {}
 
 
 def _packable(weight: Tensor) -> bool:
@@ -276,19 +278,21 @@ def _int8_product(x: Tensor, packed, relu: bool = False) -> Tensor:
     return out.view(*x.shape[:-1], out.shape[-1])
 
 
-def _row_major(packed: Tensor, weight: Tensor) -> Tensor:
-    """``weight`` (out, in) as a contiguous (in, out) copy, made once per ``packed`` weight
-    and freed with it."""
+def _row_major(packed: Tensor, weight: Tensor) -> tuple[Tensor, np.ndarray]:
+    """``weight`` (out, in) as a contiguous (in, out) copy, and numpy's view of it, made once
+    per ``packed`` weight and freed with it."""
     key = id(packed)
     copy = _ROW_MAJOR.get(key)
     if copy is None:
-        copy = weight.detach().t().contiguous()  # (in, out)
-        _ROW_MAJOR[key] = copy
+        t = weight.detach().t().contiguous()  # (in, out)
+        copy = _ROW_MAJOR[key] = (t, t.numpy())
         weakref.finalize(packed, _ROW_MAJOR.pop, key, None)
     return copy
 
 
-def linear(x: Tensor, module: nn.Linear, packed: Tensor | None) -> Tensor:
+def linear(
+    x: Tensor, module: nn.Linear, packed: Tensor | None, *, openblas: bool = False
+) -> Tensor:
     """``module(x)`` with the ``packed`` weight from :func:`packed_weight` (None: ``F.linear``).
 
     A single float32 row takes MKL's matrix-vector product where it is the faster one: on
@@ -297,21 +301,29 @@ def linear(x: Tensor, module: nn.Linear, packed: Tensor | None) -> Tensor:
     weight transposed to (in, out), whose product reads the weight in one stream: GPT-2
     124M's 49 layers took 26.8 ms a row that way on the AVX2-only AMD EPYC, against 35.0
     prepacked and 36.8 through ``F.linear`` (from 2 rows on the packed weight is faster:
-    37.4 against 46.0 ms; docs/benchmarks.md, "Text generation"). On that copy, weights with
-    fewer than :data:`~attnkit.generation.blas.MAX_OUT_FEATURES` outputs are multiplied by
-    numpy's OpenBLAS while it runs on one thread (:mod:`~attnkit.generation.blas`; a GPT-2
-    124M step 33.9 -> 29.7 ms there), wider ones by MKL. The copy costs the weight's memory
-    once more, made at the first such call. A single bfloat16 row on a weight packed in
-    float32 (:func:`_bf16_in_float32`) takes ``F.linear`` too.
+    37.4 against 46.0 ms; docs/benchmarks.md, "Text generation"). With ``openblas`` (set by
+    :func:`packed_linears` where OpenBLAS runs on one thread), the weights the rule of
+    :func:`attnkit.generation.blas.takes` picks are multiplied on that copy by numpy's
+    OpenBLAS (:mod:`~attnkit.generation.blas`; a GPT-2 124M step 33.9 -> 29.7 ms there),
+    other ones by MKL. The copy costs the weight's memory once more, made at the first such
+    call. A single bfloat16 row on a weight packed in float32 (:func:`_bf16_in_float32`)
+    takes ``F.linear`` too.
 
     Args:
         x: (..., in_features) in the weight's dtype.
+        openblas: OpenBLAS runs on one thread (:func:`attnkit.generation.blas.single_threaded`).
     """
-    return _product(x, module.weight, module.bias, packed)
+    return _product(x, module.weight, module.bias, packed, openblas=openblas)
 
 
 def _product(
-    x: Tensor, weight: Tensor, bias: Tensor | None, packed: Tensor | None, relu: bool = False
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    packed: Tensor | None,
+    relu: bool = False,
+    *,
+    openblas: bool = False,
 ) -> Tensor:
     """``F.linear(x, weight, bias)`` (then ReLU) on ``packed`` where :func:`linear` says;
     ``packed`` may also be int8 packed params (:func:`_int8`, the bias inside them)."""
@@ -328,9 +340,9 @@ def _product(
         return _int8_product(x, packed, relu)
     if _MKL_GENERIC and x.dtype == torch.float32 and x.numel() == x.shape[-1]:
         row = x.reshape(1, x.shape[-1])  # (1, in)
-        wt = _row_major(packed, weight)  # (in, out)
-        if weight.shape[0] < blas.MAX_OUT_FEATURES and blas.single_threaded():
-            out = blas.row_product(row, wt.numpy(), bias)  # (1, out): OpenBLAS, one thread
+        wt, wt_array = _row_major(packed, weight)  # (in, out)
+        if openblas and blas.takes(weight):
+            out = blas.row_product(row, wt_array, bias)  # (1, out): OpenBLAS, one thread
         else:
             out = row @ wt if bias is None else torch.addmm(bias, row, wt)  # (1, out): MKL
         out = out.view(*x.shape[:-1], -1)
@@ -366,13 +378,27 @@ def packed_linears(model: nn.Module, *, int8: bool = False) -> Iterator[None]:
             return None  # no room for a float32 copy: torch's bfloat16 F.linear
         return quantized if quantized is not None else _packed(owner, weight)
 
-    patched = []  # (module, name of the method patched on the instance)
+    # One-row products through OpenBLAS where it is held at one thread (blas), asked once.
+    with blas.one_thread() if _MKL_GENERIC else contextlib.nullcontext():
+        openblas = _MKL_GENERIC and blas.single_threaded()
+        patched: list[tuple[nn.Module, str]] = []  # (module, name of the method patched)
+        try:
+            _patch(model, pack, openblas, patched)
+            yield
+        finally:
+            for module, name in patched:
+                module.__dict__.pop(name, None)
+
+
+def _patch(model: nn.Module, pack, openblas: bool, patched: list) -> None:
+    """Route ``model``'s linear layers through the weights ``pack(owner, weight, bias)`` gives
+    (None: leave the layer), appending each patch to ``patched`` as it is made."""
     for module in model.modules():
         # Only the exact classes (subclasses may compute something else), and not twice.
         if type(module) is nn.Linear and "forward" not in module.__dict__:
             packed = pack(module, module.weight, module.bias)
             if packed is not None:
-                module.forward = _forward(module, packed)
+                module.forward = _forward(module, packed, openblas)
                 patched.append((module, "forward"))
         elif (
             type(module) is MultiHeadAttention
@@ -382,7 +408,7 @@ def packed_linears(model: nn.Module, *, int8: bool = False) -> Iterator[None]:
             d, bias = module.d_model, module.in_proj.bias
             packed = pack(module, module.in_proj.weight[:d], None if bias is None else bias[:d])
             if packed is not None:
-                module._project_q = _project_q(module, packed)
+                module._project_q = _project_q(module, packed, openblas)
                 patched.append((module, "_project_q"))
         elif (
             type(module) is FeedForward
@@ -391,26 +417,21 @@ def packed_linears(model: nn.Module, *, int8: bool = False) -> Iterator[None]:
             and "forward" not in module.__dict__
         ):
             first = module.linear1
-            module.forward = _feed_forward_relu(module, pack(first, first.weight, first.bias))
+            packed = pack(first, first.weight, first.bias)
+            module.forward = _feed_forward_relu(module, packed, openblas)
             patched.append((module, "forward"))
-    try:
-        with blas.one_thread():  # one-row products through OpenBLAS (linear)
-            yield
-    finally:
-        for module, name in patched:
-            module.__dict__.pop(name, None)
 
 
-def _forward(module: nn.Linear, packed: Tensor):
+def _forward(module: nn.Linear, packed: Tensor, openblas: bool):
     ref = weakref.ref(module)  # the module holds this function: no reference cycle through it
 
     def forward(x: Tensor) -> Tensor:
-        return linear(x, ref(), packed)
+        return linear(x, ref(), packed, openblas=openblas)
 
     return forward
 
 
-def _project_q(module: MultiHeadAttention, packed: Tensor):
+def _project_q(module: MultiHeadAttention, packed: Tensor, openblas: bool):
     """Cross-attention's query projection (the first ``d_model`` rows of ``in_proj``) on its
     own packed weight: a slice of the stacked weight would be reordered at every call."""
     ref = weakref.ref(module)
@@ -419,12 +440,12 @@ def _project_q(module: MultiHeadAttention, packed: Tensor):
         m = ref()
         d = m.d_model
         bias = None if m.in_proj.bias is None else m.in_proj.bias[:d]
-        return _product(x, m.in_proj.weight[:d], bias, packed)  # (B, T_q, D)
+        return _product(x, m.in_proj.weight[:d], bias, packed, openblas=openblas)  # (B, T_q, D)
 
     return project_q
 
 
-def _feed_forward_relu(module: FeedForward, packed: Tensor | None):
+def _feed_forward_relu(module: FeedForward, packed: Tensor | None, openblas: bool):
     """A ReLU feed-forward layer with the ReLU fused into its first product (``packed``: its
     packed weight, or None for ``F.linear`` then ReLU), outside training (dropout) and
     gradients; the module's own forward otherwise."""
@@ -435,7 +456,7 @@ def _feed_forward_relu(module: FeedForward, packed: Tensor | None):
         if m.training or torch.is_grad_enabled():
             return FeedForward.forward(m, x)
         first = m.linear1
-        hidden = _product(x, first.weight, first.bias, packed, relu=True)
+        hidden = _product(x, first.weight, first.bias, packed, relu=True, openblas=openblas)
         return m.linear2(hidden)  # (..., d_model)
 
     return forward
