@@ -137,12 +137,12 @@ def test_one_float32_row_takes_openblas_within_packed_linears(monkeypatch):
     monkeypatch.setattr(packed, "_MKL_GENERIC", True)
     monkeypatch.setattr(packed, "_MKL_GEMV", False)
     monkeypatch.setattr(blas, "MAX_OUT_FEATURES", 64)
-    monkeypatch.setattr(blas, "MIN_WEIGHTS", 2000)
+    monkeypatch.setattr(blas, "MIN_WEIGHTS", 1920)
     calls = _count_row_products(monkeypatch)
     torch.manual_seed(2)
     model = nn.Sequential(
         nn.Linear(40, 63), nn.ReLU(), nn.Linear(63, 30), nn.ReLU(), nn.Linear(30, 64)
-    )  # 2,520 weights: OpenBLAS; 1,890 (< MIN_WEIGHTS) and 64 outputs (the limit): MKL
+    )  # 2,520 weights: OpenBLAS; 1,890 (< MIN_WEIGHTS): MKL; 1,920 but 64 outputs (the limit): MKL
     x = torch.randn(1, 40)
     with openblas_at_two_threads(monkeypatch), torch.inference_mode():
         want = model(x)
@@ -155,6 +155,34 @@ def test_one_float32_row_takes_openblas_within_packed_linears(monkeypatch):
             assert calls == [(40, 63)]
         torch.testing.assert_close(outside, model[0](x), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@needs_onednn
+def test_a_block_where_openblas_is_not_held_takes_mkl(monkeypatch):
+    """packed_linears asks once whether OpenBLAS runs on one thread: a block alone in another
+    thread, where the hold cannot be taken (the main thread set the count), takes MKL."""
+    monkeypatch.setattr(packed, "_MKL_GENERIC", True)
+    monkeypatch.setattr(packed, "_MKL_GEMV", False)
+    monkeypatch.setattr(blas, "MIN_WEIGHTS", 0)
+    calls = _count_row_products(monkeypatch)
+    torch.manual_seed(4)
+    model = nn.Sequential(nn.Linear(40, 63))
+    x = torch.randn(1, 40)
+    seen = []
+
+    def other():
+        with torch.inference_mode(), packed_linears(model):
+            seen.append(blas.single_threaded())
+            model(x)
+
+    with openblas_at_two_threads(monkeypatch):
+        worker = threading.Thread(target=other)
+        worker.start()
+        worker.join(10)
+        assert seen == [False] and calls == []
+        with torch.inference_mode(), packed_linears(model):  # the main thread: held
+            model(x)
+        assert calls == [(40, 63)]
 
 
 @needs_onednn

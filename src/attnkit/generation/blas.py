@@ -34,8 +34,8 @@ matrix-vector product ran as fast with one thread as with two). So the products 
 OpenBLAS thread: :func:`one_thread` holds every OpenBLAS of the process at one thread
 (threadpoolctl) from the first ``with`` block entered until the last one open exits, then puts
 the counts back, and :func:`row_product` is taken only while OpenBLAS runs on one thread
-(:func:`single_threaded`, asked when :func:`~attnkit.generation.packed.packed_linears` opens). Other numpy products of the process run on one
-thread meanwhile.
+(:func:`single_threaded`, asked when :func:`~attnkit.generation.packed.packed_linears`
+opens). Other numpy products of the process run on one thread meanwhile.
 
 OpenBLAS (0.3.31, its pthreads build, PyPI's) ignores a thread count set outside the main
 thread once the main thread has set one: a block entered in another thread (a server's worker)
@@ -71,9 +71,10 @@ __all__ = [
 # Below this many output features OpenBLAS's product was the faster (table above): 24,576
 # columns and fewer measured faster, 32,000 and more not.
 MAX_OUT_FEATURES = 30_000
-# From this many weights on (a 256 x 512 layer) OpenBLAS's faster stream pays for its call:
-# a GPT of width 128 decoded 6% slower with its 128 x 512 layers through it, width 64 and
-# 256 the same (12 layers, one row, 128 tokens).
+# A numpy call costs a few microseconds more than torch's: a GPT of width 128 (its layers
+# 128 x 384 to 128 x 512) decoded 6% slower with them through OpenBLAS, width 256 (256 x 256
+# to 256 x 1024) the same (12 layers, one row, 128 tokens), GPT-2 124M and the Llama shape
+# (from 512 x 512) 1.1x faster. The line is drawn between: a 256 x 512 layer and larger.
 MIN_WEIGHTS = 131_072
 
 

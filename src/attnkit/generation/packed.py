@@ -37,10 +37,11 @@ CPU through ``F.linear`` (10-20% faster there; :func:`attnkit.hardware.mkl_gemv_
 and where MKL runs generic code (AMD; :func:`attnkit.hardware.mkl_gemv_is_generic`) on a copy
 of the weight transposed to (in, out), made at the first such call (1.3x faster than prepacked
 on the AVX2-only EPYC, where ``F.linear`` is as slow as prepacked), multiplied there by numpy's
-OpenBLAS on one thread for weights with fewer than 30,000 outputs (1.2-1.7x faster than MKL on
-GPT-2's and the Llama shape's layers there: :mod:`~attnkit.generation.blas`, which
-:func:`packed_linears` holds at one thread) and by MKL for wider ones (output layers); from 2
-rows on the packed product is faster everywhere. They compute the same product; only the
+OpenBLAS on one thread for layers of 131,072 weights and more with fewer than 30,000 outputs
+(1.2-1.7x faster than MKL on GPT-2's and the Llama shape's layers there:
+:mod:`~attnkit.generation.blas`, which :func:`packed_linears` holds at one thread) and by MKL
+for the others (output layers, test-sized layers); from 2 rows on the packed product is
+faster everywhere. They compute the same product; only the
 order of the float additions differs (a few 1e-6 relative in float32, as between any two BLAS
 kernels).
 
@@ -114,8 +115,8 @@ _HAS_MKLDNN = torch.backends.mkldnn.is_available() and _mkldnn_ops()
 _ONEDNN_BF16 = _HAS_MKLDNN and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 _MKL_GEMV = mkl_gemv_is_fast()  # one float32 row: F.linear (MKL) on Intel CPUs
 _MKL_GENERIC = mkl_gemv_is_generic()  # one float32 row: the weight as (in, out), on AMD
-# id(packed weight) -> its weight as (in, out), contiguous: made at the first one-row float32
-# call where MKL is generic, dropped with the packed weight
+# id(packed weight) -> its weight as (in, out), contiguous, and numpy's view of that copy: made
+# at the first one-row float32 call where MKL is generic, dropped with the packed weight
 _ROW_MAJOR: dict[int, tuple[Tensor, np.ndarray]] = {}
 
 
@@ -398,8 +399,8 @@ def _patch(model: nn.Module, pack, openblas: bool, patched: list) -> None:
         if type(module) is nn.Linear and "forward" not in module.__dict__:
             packed = pack(module, module.weight, module.bias)
             if packed is not None:
+                patched.append((module, "forward"))  # recorded first: undone even if cut short
                 module.forward = _forward(module, packed, openblas)
-                patched.append((module, "forward"))
         elif (
             type(module) is MultiHeadAttention
             and module.kv_dim == module.d_model  # queries are the first rows of in_proj
@@ -408,8 +409,8 @@ def _patch(model: nn.Module, pack, openblas: bool, patched: list) -> None:
             d, bias = module.d_model, module.in_proj.bias
             packed = pack(module, module.in_proj.weight[:d], None if bias is None else bias[:d])
             if packed is not None:
-                module._project_q = _project_q(module, packed, openblas)
                 patched.append((module, "_project_q"))
+                module._project_q = _project_q(module, packed, openblas)
         elif (
             type(module) is FeedForward
             and not module.gated
@@ -418,8 +419,8 @@ def _patch(model: nn.Module, pack, openblas: bool, patched: list) -> None:
         ):
             first = module.linear1
             packed = pack(first, first.weight, first.bias)
-            module.forward = _feed_forward_relu(module, packed, openblas)
             patched.append((module, "forward"))
+            module.forward = _feed_forward_relu(module, packed, openblas)
 
 
 def _forward(module: nn.Linear, packed: Tensor, openblas: bool):
