@@ -29,8 +29,11 @@ def openblas_at_two_threads(monkeypatch) -> Iterator[None]:
     (PyPI's wheels have one) or it cannot run two threads."""
     monkeypatch.setattr(blas, "mkl_gemv_is_generic", lambda: True)
     if not blas.available():
+        # Nothing to test: the path does not exist without OpenBLAS (a conda or Accelerate
+        # numpy); test_available_needs_generic_mkl_and_numpys_openblas covers that case, and
+        # the setup's PyPI numpy always has it, so CI runs these tests.
         pytest.skip("numpy here is not built with OpenBLAS (PyPI's wheels are)")
     with threadpool_limits(limits=2, user_api="blas"):
-        if set(openblas_threads()) != {2}:
+        if set(openblas_threads()) != {2}:  # an OpenBLAS built for one thread only
             pytest.skip(f"OpenBLAS does not take two threads here: {openblas_threads()}")
         yield

@@ -78,7 +78,6 @@ Where bfloat16 is native it is faster still on the Xeon (373.8).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import threading
 import warnings
@@ -379,9 +378,10 @@ def packed_linears(model: nn.Module, *, int8: bool = False) -> Iterator[None]:
             return None  # no room for a float32 copy: torch's bfloat16 F.linear
         return quantized if quantized is not None else _packed(owner, weight)
 
-    # One-row products through OpenBLAS where it is held at one thread (blas), asked once.
-    with blas.one_thread() if _MKL_GENERIC else contextlib.nullcontext():
-        openblas = _MKL_GENERIC and blas.single_threaded()
+    # One-row products through OpenBLAS where it is held at one thread, asked once (blas holds
+    # nothing and answers False where MKL is not generic or numpy has no OpenBLAS).
+    with blas.one_thread():
+        openblas = blas.single_threaded()
         patched: list[tuple[nn.Module, str]] = []  # (module, name of the method patched)
         try:
             _patch(model, pack, openblas, patched)
