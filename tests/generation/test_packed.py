@@ -259,6 +259,31 @@ def test_one_float32_row_takes_mkl_where_it_is_faster(monkeypatch, mkl):
         )
 
 
+def test_the_row_major_copy_is_made_on_huge_pages(monkeypatch):
+    """The (in, out) copy that one-row products stream is allocated by hugepages.empty."""
+    from attnkit.generation import hugepages
+
+    monkeypatch.setattr(packed, "_MKL_GENERIC", True)
+    monkeypatch.setattr(packed, "_MKL_GEMV", False)
+    made = []
+    real = hugepages.empty
+
+    def spy(shape, dtype):
+        made.append(real(shape, dtype))
+        return made[-1]
+
+    monkeypatch.setattr(hugepages, "empty", spy)
+    module = nn.Linear(40, 96)
+    weight = packed_weight(module)
+    x = torch.randn(1, 40)
+    with torch.inference_mode():
+        got = linear(x, module, weight)
+    copy = packed._ROW_MAJOR[id(weight)][0]
+    assert len(made) == 1 and copy is made[0] and copy.shape == (40, 96)
+    assert torch.equal(copy, module.weight.detach().t())
+    torch.testing.assert_close(got, nn.functional.linear(x, module.weight, module.bias))
+
+
 def test_the_row_major_copy_goes_with_its_packed_weight(monkeypatch):
     """Where MKL is generic, the copy a one-row call makes is freed with the packed weight
     (release, or a changed weight whose packed weight is remade)."""
