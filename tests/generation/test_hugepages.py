@@ -23,6 +23,21 @@ def _resident_mib() -> float:
         return int(f.read().split()[1]) * mmap.PAGESIZE / 2**20
 
 
+def _region(address: int) -> tuple[int, int, list[str]] | None:
+    """The mapping of this process that holds ``address``: (start, end, VmFlags), from
+    /proc/self/smaps (VmFlags "hg": advised for huge pages)."""
+    found = None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                start, end = (int(n, 16) for n in head.split("-"))
+                found = (start, end) if start <= address < end else None
+            elif found is not None and head == "VmFlags:":
+                return (*found, line.split()[1:])
+    return None
+
+
 @pytest.mark.parametrize(
     "shape, dtype",
     [((3, 5), torch.float32), ((768, 3072), torch.float32), ((7,), torch.bfloat16),
@@ -38,11 +53,38 @@ def test_empty_gives_a_writable_contiguous_tensor(shape, dtype):
 
 
 @needs_huge_pages
-def test_large_tensors_start_on_a_huge_page_and_small_ones_on_a_cache_line():
+def test_tensors_lie_in_mappings_advised_for_huge_pages():
+    """Large tensors start on a huge page of a mapping of their own; small ones share one, each
+    on a cache line; every such mapping carries the kernel's "hg" flag (madvise was called)."""
     big = hugepages.empty((hugepages.ARENA // 4,), torch.float32)
     assert big.data_ptr() % hugepages.HUGE_PAGE == 0
+    start, end, flags = _region(big.data_ptr())
+    assert "hg" in flags and end >= big.data_ptr() + hugepages.ARENA
     small = [hugepages.empty((257, 3), torch.float32) for _ in range(5)]
     assert all(t.data_ptr() % hugepages.ALIGN == 0 for t in small)
+    regions = {_region(t.data_ptr())[:2] for t in small}
+    region = _region(small[0].data_ptr())
+    assert len(regions) == 1 and "hg" in region[2]  # one shared, advised mapping
+    plain = torch.empty(257, 3)  # the control: torch's own memory is not advised
+    assert "hg" not in _region(plain.data_ptr())[2]
+
+
+@needs_huge_pages
+def test_a_shared_mapping_is_unmapped_with_its_last_tensor(monkeypatch):
+    monkeypatch.setattr(hugepages, "_ARENA", hugepages._Arena())  # starts with no mapping
+    first = hugepages.empty((1000,), torch.float32)
+    second = hugepages.empty((1000,), torch.float32)
+    mapping = hugepages._ARENA._mapping()  # the arena holds it weakly
+    assert mapping is not None and second.data_ptr() == first.data_ptr() + 4032  # 64-byte steps
+    del first
+    gc.collect()
+    assert hugepages._ARENA._mapping() is mapping  # the second tensor keeps it
+    del mapping, second
+    gc.collect()
+    assert hugepages._ARENA._mapping() is None  # unmapped with its last tensor
+    third = hugepages.empty((1000,), torch.float32)  # a new mapping
+    assert hugepages._ARENA._mapping() is not None
+    third.fill_(1.0)
 
 
 @needs_huge_pages
@@ -66,16 +108,22 @@ def test_small_tensors_share_a_mapping_without_overlapping():
 @needs_huge_pages
 def test_a_view_keeps_the_memory_and_freeing_returns_it():
     before = _resident_mib()
-    t = hugepages.empty((64, 1 << 20), torch.float32)  # 256 MiB
+    t = hugepages.empty((16, 1 << 20), torch.float32)  # 64 MiB
     t.fill_(3.0)
-    assert _resident_mib() - before > 200
+    assert _resident_mib() - before > 48
     view = t[10:12]
     del t
     gc.collect()
     assert bool((view == 3.0).all())  # the mapping lives while a view does
     del view
     gc.collect()
-    assert _resident_mib() - before < 64
+    assert _resident_mib() - before < 16
+
+
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor")
+def test_quantized_dtypes_take_torch_empty():
+    t = hugepages.empty((4,), torch.quint8)  # torch cannot view such a tensor from a buffer
+    assert t.shape == (4,) and t.dtype == torch.quint8
 
 
 def test_falls_back_to_torch_empty(monkeypatch):

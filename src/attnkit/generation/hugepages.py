@@ -24,19 +24,22 @@ A step's products in sequence (each layer's, then the output layer's) took 5-8% 
 whole decoding steps 1.5-3% less (the rest of a step is not the weights).
 
 :func:`empty` allocates such memory: an anonymous private mapping, advised for huge pages,
-with the tensor starting on a 2 MiB boundary, or a slice of a shared 16 MiB mapping for
-tensors smaller than that (a small GPT's 256 x 768 layers, the Llama shape's 512 x 768).
-Where that cannot be had (not Linux, or the setting is ``never``) it returns ``torch.empty``.
-The kernel may still back the range with small pages (no free 2 MiB block); the tensor is
-correct either way, only the speed differs. The mapping is unmapped when the tensor (and every
-view of it) is freed.
+with the tensor starting on a 2 MiB boundary, or, for tensors smaller than 16 MiB (GPT-2
+124M's layers, the small GPT's and the Llama shape's), a slice of a shared mapping of 16 MiB,
+so that they fill whole huge pages between them. Where that cannot be had (not Linux, or the
+setting is ``never``) it returns ``torch.empty``. The kernel may still back the range with
+small pages (no free 2 MiB block); the tensor is correct either way, only the speed differs.
+A mapping is unmapped when the last tensor in it (and every view of one) is freed: a small
+tensor that outlives the others of its mapping keeps up to 16 MiB of it in memory.
 """
 
 from __future__ import annotations
 
 import functools
 import mmap
+import os
 import threading
+import weakref
 from collections.abc import Sequence
 
 import torch
@@ -48,6 +51,11 @@ HUGE_PAGE = 2 << 20  # bytes: the x86-64 and arm64 transparent huge page
 ARENA = 8 * HUGE_PAGE  # tensors smaller than this share mappings of this size
 ALIGN = 64  # bytes: a cache line, the start of every tensor
 _SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
+_QUANTIZED = {
+    getattr(torch, name)
+    for name in ("qint8", "quint8", "qint32", "quint4x2", "quint2x4")
+    if hasattr(torch, name)
+}
 
 
 @functools.cache
@@ -80,40 +88,52 @@ def _mapping(nbytes: int) -> tuple[mmap.mmap, int] | None:
 
 
 class _Arena:
-    """The mapping that tensors smaller than :data:`ARENA` are cut from, in turn; a new one
-    when the next tensor does not fit. A mapping lives while any tensor cut from it does."""
+    """Cuts tensors smaller than :data:`ARENA` from a shared mapping, in turn, and starts a
+    new mapping when the next one does not fit. It holds its current mapping only weakly: a
+    mapping lives while any tensor cut from it does, and is unmapped with the last of them."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._mapping: mmap.mmap | None = None
-        self._offset = 0  # the next free byte
+        self._mapping = lambda: None  # weakref.ref to the current mapping
+        self._offset = 0  # its next free byte
         self._end = 0
 
     def take(self, nbytes: int) -> tuple[mmap.mmap, int] | None:
         with self._lock:
-            if self._mapping is None or self._offset + nbytes > self._end:
+            mapping = self._mapping()
+            if mapping is None or self._offset + nbytes > self._end:
                 made = _mapping(ARENA)
                 if made is None:
                     return None
-                self._mapping, self._offset = made
+                mapping, self._offset = made
+                self._mapping = weakref.ref(mapping)
                 self._end = self._offset + ARENA
-            taken = self._mapping, self._offset
+            taken = mapping, self._offset
             self._offset += -(-nbytes // ALIGN) * ALIGN
             return taken
 
+    def forget(self) -> None:
+        """In a forked child: a fresh lock (another thread of the parent may have held it)."""
+        self._lock = threading.Lock()
+
 
 _ARENA = _Arena()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_ARENA.forget)
 
 
 def empty(shape: Sequence[int], dtype: torch.dtype) -> Tensor:
     """An uninitialized contiguous CPU tensor of ``shape``, on 2 MiB pages where possible.
 
     A tensor of :data:`ARENA` bytes or more gets a mapping of its own, starting on a 2 MiB
-    boundary; smaller ones are cut from shared mappings, each on a 64-byte boundary. Falls
-    back to ``torch.empty(shape, dtype=dtype)`` where huge pages are not :func:`available`
-    or the system refuses the mapping.
+    boundary; smaller ones are cut from shared mappings, each on a 64-byte boundary (a shared
+    mapping stays while any tensor cut from it lives). Falls back to ``torch.empty(shape,
+    dtype=dtype, device="cpu")`` where huge pages are not :func:`available`, the system
+    refuses the mapping, or the dtype is quantized.
     """
     shape = tuple(int(n) for n in shape)
+    if dtype in _QUANTIZED:  # torch cannot view such a tensor made by frombuffer
+        return torch.empty(shape, dtype=dtype, device="cpu")
     count = 1
     for n in shape:
         count *= n
@@ -122,7 +142,7 @@ def empty(shape: Sequence[int], dtype: torch.dtype) -> Tensor:
     if nbytes > 0 and available():
         made = _mapping(nbytes) if nbytes >= ARENA else _ARENA.take(nbytes)
     if made is None:
-        return torch.empty(shape, dtype=dtype)
+        return torch.empty(shape, dtype=dtype, device="cpu")
     mapping, offset = made
     # frombuffer keeps a reference to the mapping for the tensor's life (and its views')
     return torch.frombuffer(mapping, dtype=dtype, count=count, offset=offset).view(shape)

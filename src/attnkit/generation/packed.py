@@ -42,8 +42,7 @@ OpenBLAS on one thread for layers of 131,072 weights and more with fewer than 30
 :mod:`~attnkit.generation.blas`, which :func:`packed_linears` holds at one thread) and by MKL
 for the others (output layers, test-sized layers); the copies are allocated on 2 MiB pages
 (:mod:`~attnkit.generation.hugepages`: 5-8% off the products of a step there). From 2 rows on
-the packed product is
-faster everywhere. They compute the same product; only the
+the packed product is faster everywhere. They compute the same product; only the
 order of the float additions differs (a few 1e-6 relative in float32, as between any two BLAS
 kernels).
 
