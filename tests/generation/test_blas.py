@@ -216,3 +216,43 @@ def test_greedy_generation_is_the_same_through_openblas(monkeypatch):
         assert calls == []
     assert via_openblas.tokens == via_mkl.tokens
     np.testing.assert_allclose(via_openblas.logprobs, via_mkl.logprobs, rtol=1e-4, atol=1e-5)
+
+
+def test_dot_form_rule():
+    """Narrow outputs (at most DOT_FORM_MAX_OUT) from inputs at least twice as wide keep the
+    weight as stored, (out, in); every other weight is copied to (in, out)."""
+    cases = [((256, 1024), True), ((256, 512), True), ((256, 256), False), ((128, 768), True),
+             ((257, 1024), False), ((768, 3072), False), ((512, 1408), False)]  # fmt: skip
+    for (out_features, in_features), expected in cases:
+        assert blas.dot_form(torch.empty(out_features, in_features)) is expected
+
+
+@needs_onednn
+def test_a_narrow_layer_is_read_as_stored_through_either_blas(monkeypatch):
+    """Where MKL is generic, a narrow-output weight's one-row copy is kept (out, in): the
+    (in, out) tensor and numpy views are its transpose, and the products through OpenBLAS
+    (inside packed_linears) and MKL (outside) are F.linear's."""
+    monkeypatch.setattr(packed, "_MKL_GENERIC", True)
+    monkeypatch.setattr(packed, "_MKL_GEMV", False)
+    monkeypatch.setattr(blas, "MIN_WEIGHTS", 0)
+    monkeypatch.setattr(blas, "DOT_FORM_MAX_OUT", 48)
+    calls = _count_row_products(monkeypatch)
+    torch.manual_seed(5)
+    narrow, wide = nn.Linear(120, 40), nn.Linear(40, 120)  # (out, in) = (40, 120), (120, 40)
+    x_narrow, x_wide = torch.randn(1, 120), torch.randn(1, 40)
+    with openblas_at_two_threads(monkeypatch), torch.inference_mode():
+        outside = linear(x_narrow, narrow, packed_weight(narrow))  # MKL on the copy
+        assert calls == []
+        with packed_linears(narrow), packed_linears(wide):
+            got_narrow, got_wide = narrow(x_narrow), wide(x_wide)
+        assert calls == [(120, 40), (40, 120)]
+    t, view = packed._ROW_MAJOR[id(packed_weight(narrow))]
+    assert t.shape == (120, 40) and not t.is_contiguous() and t.t().is_contiguous()
+    assert view.shape == (120, 40) and view.flags["F_CONTIGUOUS"]
+    t_wide, _ = packed._ROW_MAJOR[id(packed_weight(wide))]
+    assert t_wide.shape == (40, 120) and t_wide.is_contiguous()
+    for got, module, x in ((got_narrow, narrow, x_narrow), (outside, narrow, x_narrow),
+                           (got_wide, wide, x_wide)):  # fmt: skip
+        torch.testing.assert_close(
+            got, nn.functional.linear(x, module.weight, module.bias), atol=1e-5, rtol=1e-5
+        )

@@ -280,13 +280,19 @@ def _int8_product(x: Tensor, packed, relu: bool = False) -> Tensor:
 
 
 def _row_major(packed: Tensor, weight: Tensor) -> tuple[Tensor, np.ndarray]:
-    """``weight`` (out, in) as a contiguous (in, out) copy, and numpy's view of it, made once
-    per ``packed`` weight and freed with it."""
+    """``weight`` (out, in) as an (in, out) copy on 2 MiB pages and numpy's view of it, made
+    once per ``packed`` weight and freed with it: contiguous, or, for a narrow output layer
+    (:func:`attnkit.generation.blas.dot_form`), the transpose of a contiguous (out, in) copy."""
     key = id(packed)
     copy = _ROW_MAJOR.get(key)
     if copy is None:
-        t = hugepages.empty((weight.shape[1], weight.shape[0]), weight.dtype)  # (in, out)
-        t.copy_(weight.detach().t())
+        if blas.dot_form(weight):  # kept (out, in): the views below are its transpose
+            kept = hugepages.empty(tuple(weight.shape), weight.dtype)  # (out, in)
+            kept.copy_(weight.detach())
+            t = kept.t()  # (in, out), column-major
+        else:
+            t = hugepages.empty((weight.shape[1], weight.shape[0]), weight.dtype)  # (in, out)
+            t.copy_(weight.detach().t())
         copy = _ROW_MAJOR[key] = (t, t.numpy())
         weakref.finalize(packed, _ROW_MAJOR.pop, key, None)
     return copy
