@@ -48,6 +48,7 @@ def test_argmax_is_torch_argmax_ties_and_nan_included(dtype):
     assert torch.equal(argmax(logits[:, ::2]), torch.argmax(logits[:, ::2], dim=1))
     finite = logits[[0, 1, 3, 4, 5]]
     assert torch.equal(select(finite, None), torch.argmax(finite, dim=1))
+    assert torch.equal(select(finite[:, ::3], None), torch.argmax(finite[:, ::3], dim=1))
 
 
 def test_plus_inf_logits_are_drawn_evenly_and_alone():

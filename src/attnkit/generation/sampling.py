@@ -114,8 +114,15 @@ def select(logits: Tensor, generator: torch.Generator | None) -> Tensor:
     """
     if generator is not None:
         return sample(logits, generator)
-    tokens = argmax(logits)  # (B,)
-    # argmax takes NaN as the largest value, so a row with a NaN picks one: one gather checks.
-    if torch.isnan(logits.gather(-1, tokens[:, None].to(logits.device))).any():
+    # argmax takes NaN as the largest value, so a row with a NaN picks one: checking the
+    # picked logits finds it.
+    if logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.float64):
+        values = logits.detach().numpy()  # (B, V)
+        picked = np.argmax(values, axis=-1)  # (B,)
+        if np.isnan(values[np.arange(values.shape[0]), picked]).any():
+            _no_nan(logits)
+        return torch.from_numpy(picked).long()  # (B,)
+    tokens = logits.argmax(dim=-1)  # (B,)
+    if torch.isnan(logits.gather(-1, tokens[:, None])).any():
         _no_nan(logits)
     return tokens
