@@ -123,7 +123,8 @@ class KVCache:
         """Append (B, H, T, hd) keys and values; return every key and value the new queries may
         see: all cached so far (B, H, T_so_far, hd), or, with a window, at most ``window - 1``
         before the new ones and the new ones."""
-        b, h, _, hd = self.k.shape
+        keys, values = self.k, self.v  # (B, H, capacity, hd) views of the buffers
+        b, h, capacity, hd = keys.shape
         if k.shape != v.shape or k.dim() != 4 or (k.shape[0], k.shape[1], k.shape[3]) != (b, h, hd):
             raise ValueError(
                 f"KVCache.update: expected k and v of shape ({b}, {h}, T, {hd}), got "
@@ -131,18 +132,16 @@ class KVCache:
             )
         start, t = self.length, k.shape[2]
         end = start + t
-        if end > self.max_len:
+        if end > self._max_len:
             raise ValueError(
-                f"KVCache.update: {end} positions exceed the cache's max_len={self.max_len}"
+                f"KVCache.update: {end} positions exceed the cache's max_len={self._max_len}"
             )
-        capacity = self.capacity
         self.length = end
-        keys, values = self.k, self.v  # (B, H, capacity, hd) views of the buffers
         if end <= capacity:  # every slot so far is in the buffers, in order
-            keys[:, :, start:end] = k
-            values[:, :, start:end] = v
+            keys.narrow(2, start, t).copy_(k)
+            values.narrow(2, start, t).copy_(v)
             self._keys = (0, 0)
-            return keys[:, :, :end], values[:, :, :end]  # (B, H, T_so_far, hd) each
+            return keys.narrow(2, 0, end), values.narrow(2, 0, end)  # (B, H, T_so_far, hd)
         if t == 1:  # a ring: the new slot replaces the oldest
             keys[:, :, start % capacity] = k[:, :, 0]
             values[:, :, start % capacity] = v[:, :, 0]
