@@ -35,7 +35,8 @@ several rows are multiplied in float32 and rounded to bfloat16, one row takes to
 row takes MKL's matrix-vector product where it is faster than the prepacked one: on an Intel
 CPU through ``F.linear`` (10-20% faster there; :func:`attnkit.hardware.mkl_gemv_is_fast`),
 and where MKL runs generic code (AMD; :func:`attnkit.hardware.mkl_gemv_is_generic`) on a copy
-of the weight transposed to (in, out), made at the first such call (1.3x faster than prepacked
+of the weight transposed to (in, out) (narrow output layers: kept (out, in), read through its
+transpose, :func:`attnkit.generation.blas.dot_form`), made at the first such call (1.3x faster than prepacked
 on the AVX2-only EPYC, where ``F.linear`` is as slow as prepacked), multiplied there by numpy's
 OpenBLAS on one thread for layers of 131,072 weights and more with fewer than 30,000 outputs
 (1.2-1.7x faster than MKL on GPT-2's and the Llama shape's layers there:
@@ -115,8 +116,9 @@ _HAS_MKLDNN = torch.backends.mkldnn.is_available() and _mkldnn_ops()
 _ONEDNN_BF16 = _HAS_MKLDNN and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 _MKL_GEMV = mkl_gemv_is_fast()  # one float32 row: F.linear (MKL) on Intel CPUs
 _MKL_GENERIC = mkl_gemv_is_generic()  # one float32 row: the weight as (in, out), on AMD
-# id(packed weight) -> its weight as (in, out), contiguous, and numpy's view of that copy: made
-# at the first one-row float32 call where MKL is generic, dropped with the packed weight
+# id(packed weight) -> its weight as (in, out) and numpy's view of that copy: contiguous, or the
+# transpose of a contiguous (out, in) copy (blas.dot_form); made at the first one-row float32
+# call where MKL is generic, dropped with the packed weight
 _ROW_MAJOR: dict[int, tuple[Tensor, np.ndarray]] = {}
 
 
@@ -306,7 +308,8 @@ def linear(
     A single float32 row takes MKL's matrix-vector product where it is the faster one: on
     Intel CPUs (:func:`attnkit.hardware.mkl_gemv_is_fast`) through ``F.linear``; where MKL
     runs generic code (:func:`attnkit.hardware.mkl_gemv_is_generic`: AMD) on a copy of the
-    weight transposed to (in, out), whose product reads the weight in one stream: GPT-2
+    weight transposed to (in, out) (or kept (out, in) for a narrow output,
+    :func:`attnkit.generation.blas.dot_form`), whose product reads the weight in one stream: GPT-2
     124M's 49 layers took 26.8 ms a row that way on the AVX2-only AMD EPYC, against 35.0
     prepacked and 36.8 through ``F.linear`` (from 2 rows on the packed weight is faster:
     37.4 against 46.0 ms; docs/benchmarks.md, "Text generation"). With ``openblas`` (set by
