@@ -120,6 +120,16 @@ def test_a_block_that_raises_puts_the_counts_back(monkeypatch):
 needs_onednn = pytest.mark.skipif(not packed._HAS_MKLDNN, reason="torch built without oneDNN")
 
 
+def _generic_mkl_rows(monkeypatch, **rule) -> list[tuple[int, int]]:
+    """As where MKL is generic (AMD), with blas's ``rule`` constants set (MIN_WEIGHTS=0 for
+    test-sized layers, ...): the (in, out) shape of every row_product call from now on."""
+    monkeypatch.setattr(packed, "_MKL_GENERIC", True)
+    monkeypatch.setattr(packed, "_MKL_GEMV", False)
+    for name, value in rule.items():
+        monkeypatch.setattr(blas, name, value)
+    return _count_row_products(monkeypatch)
+
+
 def _count_row_products(monkeypatch) -> list[tuple[int, int]]:
     """The (in, out) shape of the weight of every row_product call, from now on."""
     calls = []
@@ -134,11 +144,7 @@ def test_one_float32_row_takes_openblas_within_packed_linears(monkeypatch):
     weights and fewer than MAX_OUT_FEATURES outputs takes OpenBLAS inside packed_linears; a
     smaller layer, an output layer as wide as the limit, several rows, or a call outside the
     block take MKL or oneDNN."""
-    monkeypatch.setattr(packed, "_MKL_GENERIC", True)
-    monkeypatch.setattr(packed, "_MKL_GEMV", False)
-    monkeypatch.setattr(blas, "MAX_OUT_FEATURES", 64)
-    monkeypatch.setattr(blas, "MIN_WEIGHTS", 1920)
-    calls = _count_row_products(monkeypatch)
+    calls = _generic_mkl_rows(monkeypatch, MAX_OUT_FEATURES=64, MIN_WEIGHTS=1920)
     torch.manual_seed(2)
     model = nn.Sequential(
         nn.Linear(40, 63), nn.ReLU(), nn.Linear(63, 30), nn.ReLU(), nn.Linear(30, 64)
@@ -161,10 +167,7 @@ def test_one_float32_row_takes_openblas_within_packed_linears(monkeypatch):
 def test_a_block_where_openblas_is_not_held_takes_mkl(monkeypatch):
     """packed_linears asks once whether OpenBLAS runs on one thread: a block alone in another
     thread, where the hold cannot be taken (the main thread set the count), takes MKL."""
-    monkeypatch.setattr(packed, "_MKL_GENERIC", True)
-    monkeypatch.setattr(packed, "_MKL_GEMV", False)
-    monkeypatch.setattr(blas, "MIN_WEIGHTS", 0)
-    calls = _count_row_products(monkeypatch)
+    calls = _generic_mkl_rows(monkeypatch, MIN_WEIGHTS=0)
     torch.manual_seed(4)
     model = nn.Sequential(nn.Linear(40, 63))
     x = torch.randn(1, 40)
@@ -192,10 +195,7 @@ def test_greedy_generation_is_the_same_through_openblas(monkeypatch):
     from attnkit.generation import GenerationConfig, generate
     from attnkit.models import GPT, GPTConfig
 
-    monkeypatch.setattr(packed, "_MKL_GENERIC", True)
-    monkeypatch.setattr(packed, "_MKL_GEMV", False)
-    monkeypatch.setattr(blas, "MIN_WEIGHTS", 0)  # test-sized layers
-    calls = _count_row_products(monkeypatch)
+    calls = _generic_mkl_rows(monkeypatch, MIN_WEIGHTS=0)  # test-sized layers
     torch.manual_seed(3)
     config = GPTConfig(
         vocab_size=211, context_length=64, d_model=48, num_heads=4, num_layers=2, d_ff=96,
@@ -232,11 +232,7 @@ def test_a_narrow_layer_is_read_as_stored_through_either_blas(monkeypatch):
     """Where MKL is generic, a narrow-output weight's one-row copy is kept (out, in): the
     (in, out) tensor and numpy views are its transpose, and the products through OpenBLAS
     (inside packed_linears) and MKL (outside) are F.linear's."""
-    monkeypatch.setattr(packed, "_MKL_GENERIC", True)
-    monkeypatch.setattr(packed, "_MKL_GEMV", False)
-    monkeypatch.setattr(blas, "MIN_WEIGHTS", 0)
-    monkeypatch.setattr(blas, "DOT_FORM_MAX_OUT", 48)
-    calls = _count_row_products(monkeypatch)
+    calls = _generic_mkl_rows(monkeypatch, MIN_WEIGHTS=0, DOT_FORM_MAX_OUT=48)
     torch.manual_seed(5)
     narrow, wide = nn.Linear(120, 40), nn.Linear(40, 120)  # (out, in) = (40, 120), (120, 40)
     x_narrow, x_wide = torch.randn(1, 120), torch.randn(1, 40)
