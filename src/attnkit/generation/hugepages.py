@@ -21,7 +21,7 @@ weight (in, out)            OpenBLAS, GB/s  MKL, GB/s
 
 A step's products in sequence (each layer's, then the output layer's) took 5-8% less time
 (GPT-2 124M 24.8 -> 23.4 ms, the Llama shape 7.6 -> 7.0 ms, the small GPT 3.3 -> 3.1 ms) and
-whole decoding steps 1.5-3% less (the rest of a step is not the weights).
+whole decoding steps 2-4% less (the rest of a step is not the weights).
 
 :func:`empty` allocates such memory: an anonymous private mapping, advised for huge pages,
 with the tensor starting on a 2 MiB boundary, or, for tensors smaller than 16 MiB (GPT-2
