@@ -288,13 +288,11 @@ def _row_major(packed: Tensor, weight: Tensor) -> tuple[Tensor, np.ndarray]:
     key = id(packed)
     copy = _ROW_MAJOR.get(key)
     if copy is None:
-        if blas.dot_form(weight):  # kept (out, in): the views below are its transpose
-            kept = hugepages.empty(tuple(weight.shape), weight.dtype)  # (out, in)
-            kept.copy_(weight.detach())
-            t = kept.t()  # (in, out), column-major
-        else:
-            t = hugepages.empty((weight.shape[1], weight.shape[0]), weight.dtype)  # (in, out)
-            t.copy_(weight.detach().t())
+        as_stored = blas.dot_form(weight)
+        source = weight.detach() if as_stored else weight.detach().t()  # the layout kept
+        kept = hugepages.empty(tuple(source.shape), weight.dtype)
+        kept.copy_(source)
+        t = kept.t() if as_stored else kept  # (in, out); column-major when kept as stored
         copy = _ROW_MAJOR[key] = (t, t.numpy())
         weakref.finalize(packed, _ROW_MAJOR.pop, key, None)
     return copy

@@ -101,9 +101,17 @@ def argmax(logits: Tensor) -> Tensor:
     where ``torch.argmax`` takes 29 us (measured on the benchmark machine). Both return the
     first maximal index, NaN counting as the largest value.
     """
-    if logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.float64):
-        return torch.from_numpy(np.argmax(logits.detach().numpy(), axis=-1)).long()  # (B,)
+    values = _numpy_view(logits)
+    if values is not None:
+        return torch.from_numpy(np.argmax(values, axis=-1)).long()  # (B,)
     return logits.argmax(dim=-1)
+
+
+def _numpy_view(logits: Tensor) -> np.ndarray | None:
+    """numpy's view of CPU float32/float64 logits (B, V), which numpy's argmax takes; else None."""
+    if logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.float64):
+        return logits.detach().numpy()
+    return None
 
 
 def select(logits: Tensor, generator: torch.Generator | None) -> Tensor:
@@ -114,15 +122,14 @@ def select(logits: Tensor, generator: torch.Generator | None) -> Tensor:
     """
     if generator is not None:
         return sample(logits, generator)
+    tokens = argmax(logits)  # (B,)
     # argmax takes NaN as the largest value, so a row with a NaN picks one: checking the
-    # picked logits finds it.
-    if logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.float64):
-        values = logits.detach().numpy()  # (B, V)
-        picked = np.argmax(values, axis=-1)  # (B,)
-        if np.isnan(values[np.arange(values.shape[0]), picked]).any():
-            _no_nan(logits)
-        return torch.from_numpy(picked).long()  # (B,)
-    tokens = logits.argmax(dim=-1)  # (B,)
-    if torch.isnan(logits.gather(-1, tokens[:, None])).any():
+    # picked logits finds it (in numpy where argmax ran there: one pass less after the head).
+    values = _numpy_view(logits)
+    if values is not None:
+        nan = np.isnan(values[np.arange(values.shape[0]), tokens.numpy()]).any()
+    else:
+        nan = torch.isnan(logits.gather(-1, tokens[:, None])).any()
+    if nan:
         _no_nan(logits)
     return tokens
