@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attnkit.generation import screen
 from attnkit.generation.config import GenerationConfig, resolve_config
 from attnkit.generation.logits import process_logits, seen_tokens
 from attnkit.generation.packed import packed_linears
@@ -198,8 +199,12 @@ def prefill(model, ids: Tensor, mask: Tensor, cache) -> Tensor:
         (B, V) float32 logits of the token after each prompt (the prompts are left-padded, so
         every prompt ends in the last slot; the head runs on that slot only).
     """
-    hidden = model(ids, attention_mask=mask, cache=cache, project=False).hidden  # (B, T, D)
-    return model.lm_head(hidden[:, -1]).float()  # (B, V)
+    return model.lm_head(_prefill_hidden(model, ids, mask, cache)).float()  # (B, V)
+
+
+def _prefill_hidden(model, ids: Tensor, mask: Tensor, cache) -> Tensor:
+    """:func:`prefill` up to the output layer: the last hidden states (B, D)."""
+    return model(ids, attention_mask=mask, cache=cache, project=False).hidden[:, -1]  # (B, D)
 
 
 def decode_one_token(model, token: Tensor, cache, *, ids: Tensor, mask: Tensor) -> Tensor:
@@ -208,11 +213,17 @@ def decode_one_token(model, token: Tensor, cache, *, ids: Tensor, mask: Tensor) 
     With a ``cache`` only the new token is run. With ``cache=None`` the whole prefix ``ids``
     (B, T) with ``mask`` (B, T), which already end in ``token``, is recomputed.
     """
+    hidden = _decode_hidden(model, token, cache, ids=ids, mask=mask)  # (B, D)
+    return model.lm_head(hidden).float()  # (B, V)
+
+
+def _decode_hidden(model, token: Tensor, cache, *, ids: Tensor, mask: Tensor) -> Tensor:
+    """:func:`decode_one_token` up to the output layer: the last hidden states (B, D)."""
     if cache is None:
         hidden = model(ids, attention_mask=mask, project=False).hidden  # (B, T, D)
     else:
         hidden = model(token[:, None], cache=cache, project=False).hidden  # (B, 1, D)
-    return model.lm_head(hidden[:, -1]).float()  # (B, V)
+    return hidden[:, -1]  # (B, D)
 
 
 def check_prompt_length(n_tokens: int, context_length: int, *, name: str = "prompt") -> None:
@@ -297,6 +308,19 @@ def _eval_steps(
         model.train(was_training)
 
 
+def _screens(model, config: GenerationConfig, row_tokens: int) -> bool:
+    """Whether greedy steps pick their tokens through the output layer's float16 screen
+    (:mod:`~attnkit.generation.screen`): greedy without a repetition penalty or log-probabilities
+    (which need the logits), on a head the screen applies to, made already or worth making for
+    ``row_tokens`` (rows x new tokens)."""
+    if not config.greedy or config.repetition_penalty != 1.0 or config.logprobs:
+        return False
+    head = model.lm_head
+    if screen.ready(head):
+        return True
+    return row_tokens >= screen.MIN_ROW_TOKENS and screen.screen(head) is not None
+
+
 def _steps(
     model, ids: Tensor, mask: Tensor, config: GenerationConfig, eos: set[int], stop
 ) -> Iterator[Step]:
@@ -312,17 +336,21 @@ def _steps(
         ids = torch.cat([ids, ids.new_zeros(b, n_new)], dim=1)
         mask = torch.cat([mask, mask.new_ones(b, n_new)], dim=1)
     rows = list(range(b))
-    logits = prefill(model, ids[:, :t], mask[:, :t], cache)  # (B, V)
+    screened = _screens(model, config, b * n_new)
+    hidden = _prefill_hidden(model, ids[:, :t], mask[:, :t], cache)  # (B, D)
     for i in range(n_new):
-        scores = process_logits(
-            logits, seen=seen, repetition=config.repetition_penalty,
-            temperature=config.temperature, top_k=config.top_k, top_p=config.top_p,
-        )  # fmt: skip
-        token = select(scores, generator)  # (n,)
+        token = screen.greedy_tokens(model.lm_head, hidden) if screened else None  # (n,)
         logprobs = None
-        if config.logprobs:
-            logprob = torch.log_softmax(logits, dim=-1).gather(1, token[:, None])  # (n, 1)
-            logprobs = logprob.squeeze(1).tolist()
+        if token is None:  # the float32 (or model dtype) logits, filtered
+            logits = model.lm_head(hidden).float()  # (n, V)
+            scores = process_logits(
+                logits, seen=seen, repetition=config.repetition_penalty,
+                temperature=config.temperature, top_k=config.top_k, top_p=config.top_p,
+            )  # fmt: skip
+            token = select(scores, generator)  # (n,)
+            if config.logprobs:
+                logprob = torch.log_softmax(logits, dim=-1).gather(1, token[:, None])  # (n, 1)
+                logprobs = logprob.squeeze(1).tolist()
         tokens = token.tolist()
         last = i == n_new - 1
         finished = ["eos" if tok in eos else ("length" if last else None) for tok in tokens]
@@ -352,7 +380,7 @@ def _steps(
         if cache is None:
             ids[:, t + i] = token
         end = t + i + 1
-        logits = decode_one_token(model, token, cache, ids=ids[:, :end], mask=mask[:, :end])
+        hidden = _decode_hidden(model, token, cache, ids=ids[:, :end], mask=mask[:, :end])
 
 
 def generate(

@@ -473,7 +473,11 @@ def _feed_forward_relu(module: FeedForward, packed: Tensor | None, openblas: boo
 
 
 def release(model: nn.Module) -> None:
-    """Forget the packed weights of ``model``'s linear layers (frees their memory)."""
+    """Forget the packed weights of ``model``'s linear layers (frees their memory), and the
+    float16 screens of its output layers (:mod:`~attnkit.generation.screen`)."""
+    from attnkit.generation import screen  # (screen imports this module)
+
     for module in model.modules():
         _PACKED.pop(module, None)  # its row-major copy goes with the packed weight
         _INT8.pop(module, None)
+        screen.release(module)

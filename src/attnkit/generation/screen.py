@@ -1,0 +1,230 @@
+"""Greedy decoding's next token without the whole float32 output layer: screened with
+float16 weights, decided in float32.
+
+Greedy decoding needs only the argmax of each row's logits, not the logits. At one row a step
+of GPT-2 124M reads its 154 MB float32 output layer to find one id, a fifth of the step. A
+float16 copy of the output layer (77 MB) multiplied by the float32 inputs (FBGEMM's product,
+``torch.ops.quantized.linear_dynamic_fp16``, which widens the weights to float32 and keeps the
+inputs as they are) gives every logit to within a bound known in advance, and only the ids
+whose upper bound reaches the best lower bound can be the argmax. Those candidates (one to a
+few) are multiplied again with their float32 weight rows, and the largest of those float32
+logits (the first one of ties) is the token. So the token is the argmax of the float32 logits
+that the whole product gives, up to the order of the float additions inside a dot product (as
+between any two BLAS kernels).
+
+The bound, for one row ``x`` (n inputs) and output ``j`` with float32 weight row ``w_j`` and
+its float16 rounding ``h_j``, by Cauchy-Schwarz:
+
+    |x . w_j - x . h_j| <= |x|_2 |w_j - h_j|_2
+
+and the float rounding of both dot products, each at most ``n 2^-24 |x|_2 |row|_2`` (here
+doubled: ``n 2^-23``), and of adding a bias. ``|w_j - h_j|_2`` and ``|w_j|_2`` are computed
+once when the copy is made, so a step's bound is ``|x|_2`` times a per-output constant. An id
+whose upper bound is below the largest lower bound has a float32 logit below another id's:
+not the argmax. A test checks the bound against float64 logits on inputs of many scales.
+
+Where the screen does not decide, the caller computes the float32 logits as usual: more than
+:data:`MAX_CANDIDATES` candidates in a row (near-ties), an input that is not finite (NaN or
+inf, which the float32 path reports), a bound or a candidate's logit that overflows. It is
+made for float32 output layers on a CPU with FBGEMM, of at least :data:`MIN_OUTPUTS` outputs
+(below that the float32 product costs little) and weights that float16 can hold, and kept
+while the weight is unchanged (:func:`attnkit.generation.packed.release` drops it).
+
+Measured on the AVX2-only AMD EPYC (one thread, weights from memory; docs/benchmarks.md,
+"Text generation"): GPT-2's output layer (50,257 x 768) takes 6.4 ms in float32 and 3.3 ms
+with float16 weights at one row, 17.6 and 8.4 ms at 8 rows. Making the copy takes about 0.8 s
+there, so :func:`attnkit.generation.generate` makes it only for calls of at least
+:data:`MIN_ROW_TOKENS` rows x new tokens (then kept for later calls).
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from attnkit.generation import packed as packing
+
+__all__ = [
+    "MAX_CANDIDATES",
+    "MIN_OUTPUTS",
+    "MIN_ROW_TOKENS",
+    "Screen",
+    "available",
+    "greedy_tokens",
+    "ready",
+    "release",
+    "screen",
+]
+
+MAX_CANDIDATES = 64  # per row; more: the float32 logits decide (near-ties, a flat row)
+MIN_OUTPUTS = 4096  # smaller output layers take their float32 product
+MIN_ROW_TOKENS = 256  # rows x new tokens of a call worth making the copy for (module docstring)
+
+_ENGINE = "fbgemm"
+_EPS = 2.0**-23  # float32's unit roundoff, doubled
+_BLOCK = 4096  # rows of the weight measured at a time when the copy is made (cache-sized)
+
+# nn.Linear -> (key of the weight and bias it was made from, Screen or None)
+_SCREENS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _pack(weight: Tensor) -> object:
+    """float32 ``weight`` (out, in) rounded to float16 and packed for FBGEMM's product."""
+    with packing._INT8_LOCK:  # torch.backends.quantized.engine is process-wide
+        engine = torch.backends.quantized.engine
+        torch.backends.quantized.engine = _ENGINE
+        try:
+            return torch.ops.quantized.linear_prepack_fp16(weight, None)
+        finally:
+            torch.backends.quantized.engine = engine
+
+
+@functools.cache
+def available() -> bool:
+    """True where torch has FBGEMM's float16-weight product and it runs (x86 CPUs with AVX2):
+    a tiny weight is packed and multiplied once."""
+    if _ENGINE not in torch.backends.quantized.supported_engines:
+        return False
+    try:
+        out = torch.ops.quantized.linear_dynamic_fp16(torch.ones(1, 4), _pack(torch.ones(2, 4)))
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return False
+    return tuple(out.shape) == (1, 2) and bool((out == 4).all())
+
+
+class Screen:
+    """The float16 copy of an output layer and the per-output constant of the bound.
+
+    Attributes:
+        packed: FBGEMM's packed float16 weight (no bias).
+        spread: (V,) float32: ``|w_j - h_j|_2 + n 2^-23 (2 |w_j|_2 + |w_j - h_j|_2)``, rounded
+            up (module docstring); a row's bound is ``|x|_2`` times it.
+        spread_array, spread_max: numpy's view of it, and its largest value.
+        bias_error: (V,) numpy float32, the float rounding of adding the bias on both sides, or
+            None without a bias; bias_error_max its largest value (0 without).
+    """
+
+    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
+        with torch.no_grad():
+            w = weight.detach()
+            n = w.shape[1]
+            spread = torch.empty(w.shape[0], dtype=torch.float64)
+            for start in range(0, w.shape[0], _BLOCK):
+                block = w[start : start + _BLOCK].double()  # (rows, n)
+                gap = torch.linalg.vector_norm(block - block.half().double(), dim=1)
+                size = torch.linalg.vector_norm(block, dim=1)
+                spread[start : start + _BLOCK] = gap + n * _EPS * (2 * size + gap)
+            # float64 -> float32 rounded up, so the bound stays a bound
+            self.spread = (spread * (1 + 2.0**-20)).float()
+            self.packed = _pack(w)
+            self.spread_array = self.spread.numpy()
+            self.spread_max = float(self.spread.max())
+            self.bias_error = None  # (V,) numpy float32, or None
+            self.bias_error_max = 0.0
+            if bias is not None:
+                self.bias_error = (4 * _EPS * bias.detach().abs()).numpy()
+                self.bias_error_max = float(self.bias_error.max())
+
+    def tokens(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
+        """The argmax of each row of ``x @ weight.T + bias`` (M,) int64, or None where the
+        screen does not decide (module docstring); ``x`` (M, n) float32 on a CPU, called
+        without autograd (:func:`greedy_tokens`)."""
+        approx = torch.ops.quantized.linear_dynamic_fp16(x, self.packed)  # (M, V)
+        if bias is not None:
+            approx += bias
+        a, xs = approx.numpy(), x.detach().numpy()  # (M, V), (M, n)
+        m = a.shape[0]
+        # |x|_2 in float64, rounded up a little: the bound must not shrink by rounding
+        norm = np.sqrt(np.square(xs, dtype=np.float64).sum(axis=1)) * (1 + 2.0**-20)  # (M,)
+        best = np.argmax(a, axis=1)  # (M,) the screen's best id of each row (a NaN's if any)
+        # The float32 logit of ``best`` is at least floor: an id below floor is not the argmax.
+        floor = a[np.arange(m), best] - norm * self.spread_array[best] - self._bias_error(best)
+        # An id reaches floor only if a_j + err_j >= floor, and err_j is at most norm * the
+        # largest spread (+ the largest bias term): a superset of the candidates in one pass.
+        reach = floor - norm * self.spread_max - self.bias_error_max  # (M,) float64
+        if not np.isfinite(reach).all():  # NaN or inf in x (every logit is then), or overflow
+            return None
+        reach32 = np.nextafter(reach.astype(np.float32), np.float32(-np.inf))  # rounded down
+        flat = np.flatnonzero(a >= reach32[:, None])  # (C,) row-major, ids ascending
+        if flat.size == m:  # one candidate a row (each row has its best): the argmax
+            return torch.from_numpy(best.astype(np.int64))  # (M,)
+        rows, ids = np.divmod(flat, a.shape[1])  # (C,) each
+        if flat.size > MAX_CANDIDATES:  # keep those whose own bound reaches floor
+            err = norm[rows] * self.spread_array[ids] + self._bias_error(ids)
+            keep = a[rows, ids] + err >= floor[rows]
+            rows, ids = rows[keep], ids[keep]
+        counts = np.bincount(rows, minlength=m)  # (M,) each at least 1
+        if counts.max() > MAX_CANDIDATES:
+            return None
+        exact = np.einsum("cn,cn->c", weight.detach().numpy()[ids], xs[rows])  # (C,) float32
+        if bias is not None:
+            exact = exact + bias.detach().numpy()[ids]
+        if not np.isfinite(exact).all():
+            return None
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))  # (M,)
+        # each row's largest float32 logit, the first of ties (ids ascending: the smallest)
+        picked = [ids[s + np.argmax(exact[s : s + c])] for s, c in zip(starts, counts, strict=True)]
+        return torch.tensor(picked, dtype=torch.int64)  # (M,)
+
+    def _bias_error(self, ids: np.ndarray) -> np.ndarray | float:
+        return 0.0 if self.bias_error is None else self.bias_error[ids]
+
+
+def screen(head: nn.Module) -> Screen | None:
+    """The :class:`Screen` of output layer ``head``, made at the first call and kept while its
+    weight and bias are unchanged; None where the screen does not apply (module docstring)."""
+    if type(head) is not nn.Linear:
+        return None
+    weight, bias = head.weight, head.bias
+    if (
+        weight.dtype != torch.float32
+        or weight.device.type != "cpu"
+        or weight.shape[0] < MIN_OUTPUTS
+        or not available()
+    ):
+        return None
+    key = (packing._key(weight), None if bias is None else packing._key(bias))
+    entry = _SCREENS.get(head)
+    if entry is None or entry[0] != key:
+        entry = (key, Screen(weight, bias) if _fits_float16(weight, bias) else None)
+        _SCREENS[head] = entry
+    return entry[1]
+
+
+def ready(head: nn.Module) -> bool:
+    """Whether ``head``'s screen is made and current (then using it costs nothing more)."""
+    entry = _SCREENS.get(head)
+    if entry is None or entry[1] is None:
+        return False
+    bias = head.bias
+    return entry[0] == (packing._key(head.weight), None if bias is None else packing._key(bias))
+
+
+def _fits_float16(weight: Tensor, bias: Tensor | None) -> bool:
+    """Finite weights (and bias) that float16 holds without overflowing."""
+    largest = float(weight.detach().abs().amax())
+    finite = largest < 65504 and (bias is None or bool(torch.isfinite(bias).all()))
+    return finite
+
+
+def greedy_tokens(head: nn.Module, hidden: Tensor) -> Tensor | None:
+    """The greedy tokens (M,) for the last hidden states ``hidden`` (M, n) through output layer
+    ``head``, screened with float16 weights (module docstring), or None: then compute the
+    logits."""
+    if hidden.dtype != torch.float32 or hidden.device.type != "cpu":
+        return None
+    found = screen(head)
+    if found is None:
+        return None
+    # no autograd; NaN or inf from a non-finite input is found and answered by None
+    with torch.no_grad(), np.errstate(invalid="ignore", over="ignore"):
+        return found.tokens(hidden, head.weight, head.bias)
+
+
+def release(module: nn.Module) -> None:
+    """Forget the screen made for ``module`` (frees its float16 copy)."""
+    _SCREENS.pop(module, None)

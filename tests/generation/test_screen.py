@@ -1,0 +1,244 @@
+"""The float16 screen of greedy decoding (attnkit.generation.screen): its error bound against
+float64 logits, its tokens against float32's argmax (near-ties, exact ties, rows it cannot
+decide), when it applies, and greedy generation through it against Hugging Face's."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+import transformers
+from torch import nn
+
+from attnkit.generation import GenerationConfig, generate, packed, screen
+from attnkit.models import GPT
+from tests.helpers.generation import write_hf_gpt2_folder
+
+pytestmark = pytest.mark.skipif(not screen.available(), reason="no FBGEMM float16 product")
+
+VOCAB = 5000  # at least screen.MIN_OUTPUTS
+
+
+def _head(n_in=64, vocab=VOCAB, *, bias=False, seed=0, std=0.02) -> nn.Linear:
+    torch.manual_seed(seed)
+    head = nn.Linear(n_in, vocab, bias=bias)
+    with torch.no_grad():
+        head.weight.normal_(0, std)
+        if bias:
+            head.bias.normal_(0, 0.5)
+    return head
+
+
+def _argmax32(head: nn.Linear, x: torch.Tensor) -> list[int]:
+    with torch.no_grad():
+        return F.linear(x, head.weight, head.bias).argmax(dim=1).tolist()
+
+
+def _inputs(kind: str, m: int, n: int, gen: torch.Generator) -> torch.Tensor:
+    x = torch.randn(m, n, generator=gen)
+    if kind == "normal":
+        return x
+    if kind == "tiny":
+        return x * 1e-6
+    if kind == "huge":
+        return x * 1e6
+    if kind == "positive":
+        return x.abs() + 3.0
+    if kind == "heavy":  # Cauchy-like tails
+        return x / torch.rand(m, n, generator=gen).clamp(min=1e-3)
+    if kind == "spike":  # one value dwarfs the others
+        x[:, 0] = 1e4
+        return x
+    raise ValueError(kind)
+
+
+KINDS = ["normal", "tiny", "huge", "positive", "heavy", "spike"]
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_bound_holds_against_float64_and_float32_logits(kind, bias):
+    head = _head(n_in=96, bias=bias, seed=1)
+    with torch.no_grad():  # rows of very different sizes, and float16 subnormal weights
+        head.weight[:50] *= 300.0
+        head.weight[50:100] *= 1e-5
+    found = screen.screen(head)
+    assert found is not None
+    x = _inputs(kind, 8, 96, torch.Generator().manual_seed(2))
+    approx = torch.ops.quantized.linear_dynamic_fp16(x, found.packed)  # (8, V)
+    if bias:
+        approx = approx + head.bias
+    err = torch.linalg.vector_norm(x.double(), dim=1, keepdim=True) * found.spread.double()
+    if bias:
+        err = err + torch.from_numpy(found.bias_error).double()
+    w64 = head.weight.double()
+    exact = x.double() @ w64.T + (0 if not bias else head.bias.double())  # (8, V)
+    float32 = F.linear(x, head.weight, head.bias).detach().double()
+    assert ((exact - approx.double()).abs() <= err).all()
+    assert ((float32 - approx.double()).abs() <= err).all()
+    # and it is not vacuous: the bound is far below the spread of the logits
+    assert err.median() < 0.05 * exact.std(dim=1).min()
+
+
+@pytest.mark.parametrize("m", [1, 3, 8])
+@pytest.mark.parametrize("bias", [False, True])
+def test_tokens_are_float32_argmax(m, bias):
+    head = _head(bias=bias)
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(20):
+        x = torch.randn(m, 64, generator=gen)
+        tokens = screen.greedy_tokens(head, x)
+        assert tokens is not None and tokens.dtype == torch.int64
+        assert tokens.tolist() == _argmax32(head, x)
+
+
+def _spy_verification(monkeypatch) -> list[int]:
+    """Counts the candidates screen.py multiplies again in float32 (np.einsum's rows)."""
+    seen = []
+    einsum = np.einsum
+
+    def spy(spec, *operands):
+        seen.append(operands[0].shape[0])
+        return einsum(spec, *operands)
+
+    monkeypatch.setattr(screen.np, "einsum", spy)
+    return seen
+
+
+def test_near_ties_are_decided_in_float32(monkeypatch):
+    head = _head()
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 64, generator=gen)
+    best = _argmax32(head, x)
+    with torch.no_grad():  # a rival row a hair above / below each row's best: float16 cannot
+        for sign, row, target in [(1, 0, 4001), (-1, 1, 4002)]:  # tell them apart
+            w = head.weight[best[row]]
+            head.weight[target] = w + sign * 1e-4 * w.abs() * x[row].sign()
+    seen = _spy_verification(monkeypatch)
+    tokens = screen.greedy_tokens(head, x)
+    assert seen and seen[0] >= 4  # both rows had at least two candidates
+    assert tokens.tolist() == _argmax32(head, x) == [4001, best[1]]
+
+
+def test_exact_ties_pick_the_first_id_as_argmax_does():
+    head = _head()
+    x = torch.randn(1, 64, generator=torch.Generator().manual_seed(5))
+    best = _argmax32(head, x)[0]
+    with torch.no_grad():
+        head.weight[10] = head.weight[best]
+        head.weight[4990] = head.weight[best]
+    assert screen.greedy_tokens(head, x).tolist() == [10] == _argmax32(head, x)
+
+
+def test_a_row_it_cannot_decide_is_left_to_the_logits():
+    head = _head(bias=False)
+    with torch.no_grad():
+        head.weight[: screen.MAX_CANDIDATES + 1] = head.weight[0]  # many equal best logits
+    x = head.weight[:1].detach().clone()  # the row that makes weight[0] the best
+    assert screen.greedy_tokens(head, x) is None
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_inputs_that_are_not_finite_are_left_to_the_logits(value):
+    x = torch.randn(3, 64)
+    x[1, 5] = value
+    assert screen.greedy_tokens(_head(), x) is None
+
+
+def test_an_overflow_is_left_to_the_logits():
+    x = torch.full((1, 64), 3e37)
+    assert screen.greedy_tokens(_head(std=10.0), x) is None
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        _head(vocab=screen.MIN_OUTPUTS - 1),  # small: float32 costs little
+        _head().to(torch.bfloat16),
+        _head().double(),
+        nn.Sequential(_head()),  # not a plain nn.Linear
+    ],
+    ids=["small", "bfloat16", "float64", "not-linear"],
+)
+def test_heads_it_does_not_apply_to(head):
+    assert screen.screen(head) is None
+    assert screen.greedy_tokens(head, torch.randn(1, 64)) is None
+
+
+def test_weights_float16_cannot_hold_get_no_screen():
+    head = _head()
+    with torch.no_grad():
+        head.weight[3, 3] = 1e5
+    assert screen.screen(head) is None
+
+
+def test_made_once_remade_when_the_weight_changes_and_released():
+    head = _head()
+    first = screen.screen(head)
+    assert screen.ready(head) and screen.screen(head) is first
+    x = torch.randn(1, 64)
+    with torch.no_grad():
+        head.weight.mul_(-1.0)  # a new version: the old screen would answer wrongly
+    assert not screen.ready(head)
+    assert screen.greedy_tokens(head, x).tolist() == _argmax32(head, x)
+    assert screen.screen(head) is not first
+    packed.release(head)
+    assert not screen.ready(head)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """(Hugging Face GPT2LMHeadModel, attnkit GPT) with a vocabulary the screen applies to."""
+    folder = tmp_path_factory.mktemp("gpt2-screen")
+    config = transformers.GPT2Config(
+        vocab_size=VOCAB, n_positions=128, n_embd=64, n_layer=2, n_head=4,
+        bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    hf = write_hf_gpt2_folder(folder, config, None, seed=0)
+    return hf, GPT.from_pretrained(folder)
+
+
+def _count_screened(monkeypatch) -> list[bool]:
+    decided = []
+    tokens = screen.Screen.tokens
+
+    def spy(self, *args):
+        out = tokens(self, *args)
+        decided.append(out is not None)
+        return out
+
+    monkeypatch.setattr(screen.Screen, "tokens", spy)
+    return decided
+
+
+def test_greedy_generation_through_the_screen_equals_hugging_face(pair, monkeypatch):
+    hf, gpt = pair
+    decided = _count_screened(monkeypatch)
+    prompts = [[1, 2, 3], [50, 60, 70, 80, 90, 100, 7], [42]]
+    config = GenerationConfig(max_new_tokens=40, eos_ids=())
+    ours = generate(gpt, prompts, config).tokens  # 3 x 40 rows x tokens: below the minimum
+    assert decided == []
+    monkeypatch.setattr(screen, "MIN_ROW_TOKENS", 1)
+    assert generate(gpt, prompts, config).tokens == ours
+    assert len(decided) == 40 and all(decided)
+    ids = torch.zeros(3, 7, dtype=torch.long)
+    mask = torch.zeros(3, 7, dtype=torch.long)
+    for row, prompt in enumerate(prompts):  # left-padded, as HF wants for generation
+        ids[row, 7 - len(prompt) :] = torch.tensor(prompt)
+        mask[row, 7 - len(prompt) :] = 1
+    with torch.inference_mode():
+        theirs = hf.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=40, min_new_tokens=40,
+            do_sample=False, pad_token_id=0,
+        )[:, 7:].tolist()  # fmt: skip
+    assert ours == theirs
+
+
+@pytest.mark.parametrize(
+    "options", [dict(repetition_penalty=1.3), dict(logprobs=True), dict(temperature=0.7)]
+)
+def test_steps_that_need_the_logits_do_not_use_the_screen(pair, monkeypatch, options):
+    _, gpt = pair
+    decided = _count_screened(monkeypatch)
+    monkeypatch.setattr(screen, "MIN_ROW_TOKENS", 1)
+    generate(gpt, [[1, 2, 3]], GenerationConfig(max_new_tokens=5, seed=0, **options))
+    assert decided == []
