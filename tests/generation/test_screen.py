@@ -215,9 +215,9 @@ def test_greedy_generation_through_the_screen_equals_hugging_face(pair, monkeypa
     decided = _count_screened(monkeypatch)
     prompts = [[1, 2, 3], [50, 60, 70, 80, 90, 100, 7], [42]]
     config = GenerationConfig(max_new_tokens=40, eos_ids=())
-    ours = generate(gpt, prompts, config).tokens  # 3 x 40 rows x tokens: below the minimum
+    ours = generate(gpt, prompts, config).tokens  # 40 new tokens: not worth making a screen
     assert decided == []
-    monkeypatch.setattr(screen, "MIN_ROW_TOKENS", 1)
+    monkeypatch.setattr(screen, "MIN_NEW_TOKENS", 2)
     assert generate(gpt, prompts, config).tokens == ours
     assert len(decided) == 40 and all(decided)
     ids = torch.zeros(3, 7, dtype=torch.long)
@@ -239,6 +239,25 @@ def test_greedy_generation_through_the_screen_equals_hugging_face(pair, monkeypa
 def test_steps_that_need_the_logits_do_not_use_the_screen(pair, monkeypatch, options):
     _, gpt = pair
     decided = _count_screened(monkeypatch)
-    monkeypatch.setattr(screen, "MIN_ROW_TOKENS", 1)
+    monkeypatch.setattr(screen, "MIN_NEW_TOKENS", 2)
     generate(gpt, [[1, 2, 3]], GenerationConfig(max_new_tokens=5, seed=0, **options))
     assert decided == []
+
+
+def test_the_kernel_rounds_weights_to_float16_as_the_bound_assumes():
+    """The bound's gap is w - w.half(); the packed weights must be exactly those values
+    (ties, float16 subnormals, values that underflow to 0, the largest finite)."""
+    torch.manual_seed(6)
+    w = torch.randn(4096, 64) * 0.02
+    w[0, :8] = torch.tensor([2.0**-24, 2.0**-25, 1.5 * 2.0**-25, 3e-8, 6e-5, 65504.0, 1 + 2.0**-11,
+                             1 + 3 * 2.0**-11])  # fmt: skip
+    w[1] *= 1e-4  # rows of subnormals
+    found = screen.Screen(w, None)
+    unpacked, _ = torch.ops.quantized.linear_unpack_fp16(found.packed)
+    assert torch.equal(unpacked.float(), w.half().float())
+
+
+def test_a_screen_is_made_for_calls_long_enough_to_win_its_time_back():
+    n = screen.MIN_NEW_TOKENS
+    assert screen.worth_making(1, n) and not screen.worth_making(1, n - 1)
+    assert screen.worth_making(8, n // 2) and not screen.worth_making(8, n // 2 - 1)

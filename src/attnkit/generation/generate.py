@@ -308,17 +308,17 @@ def _eval_steps(
         model.train(was_training)
 
 
-def _screens(model, config: GenerationConfig, row_tokens: int) -> bool:
+def _screens(model, config: GenerationConfig, rows: int, new_tokens: int) -> bool:
     """Whether greedy steps pick their tokens through the output layer's float16 screen
     (:mod:`~attnkit.generation.screen`): greedy without a repetition penalty or log-probabilities
     (which need the logits), on a head the screen applies to, made already or worth making for
-    ``row_tokens`` (rows x new tokens)."""
+    a call of ``rows`` x ``new_tokens`` (:func:`~attnkit.generation.screen.worth_making`)."""
     if not config.greedy or config.repetition_penalty != 1.0 or config.logprobs:
         return False
     head = model.lm_head
     if screen.ready(head):
         return True
-    return row_tokens >= screen.MIN_ROW_TOKENS and screen.screen(head) is not None
+    return screen.worth_making(rows, new_tokens) and screen.screen(head) is not None
 
 
 def _steps(
@@ -336,7 +336,7 @@ def _steps(
         ids = torch.cat([ids, ids.new_zeros(b, n_new)], dim=1)
         mask = torch.cat([mask, mask.new_ones(b, n_new)], dim=1)
     rows = list(range(b))
-    screened = _screens(model, config, b * n_new)
+    screened = _screens(model, config, b, n_new)
     hidden = _prefill_hidden(model, ids[:, :t], mask[:, :t], cache)  # (B, D)
     for i in range(n_new):
         token = screen.greedy_tokens(model.lm_head, hidden) if screened else None  # (n,)

@@ -32,9 +32,12 @@ while the weight is unchanged (:func:`attnkit.generation.packed.release` drops i
 
 Measured on the AVX2-only AMD EPYC (one thread, weights from memory; docs/benchmarks.md,
 "Text generation"): GPT-2's output layer (50,257 x 768) takes 6.4 ms in float32 and 3.3 ms
-with float16 weights at one row, 17.6 and 8.4 ms at 8 rows. Making the copy takes about 0.8 s
-there, so :func:`attnkit.generation.generate` makes it only for calls of at least
-:data:`MIN_ROW_TOKENS` rows x new tokens (then kept for later calls).
+with float16 weights at one row, 17.6 and 8.4 ms at 8 rows. Making the copy and its bound
+takes 0.84-0.92 s there (FBGEMM's packing 0.62 s of it; the Llama shape's 32,000 x 512: 0.26
+s), which a one-row call wins back after about 240 tokens and an 8-row call after about 100,
+whatever the layer's size (both scale with it). So :func:`attnkit.generation.generate` makes
+it for calls of at least :data:`MIN_NEW_TOKENS` new tokens at one row and half as many at
+more rows (:func:`worth_making`), or uses it when made already: it is kept for later calls.
 """
 
 from __future__ import annotations
@@ -51,18 +54,19 @@ from attnkit.generation import packed as packing
 __all__ = [
     "MAX_CANDIDATES",
     "MIN_OUTPUTS",
-    "MIN_ROW_TOKENS",
+    "MIN_NEW_TOKENS",
     "Screen",
     "available",
     "greedy_tokens",
     "ready",
     "release",
     "screen",
+    "worth_making",
 ]
 
 MAX_CANDIDATES = 64  # per row; more: the float32 logits decide (near-ties, a flat row)
 MIN_OUTPUTS = 4096  # smaller output layers take their float32 product
-MIN_ROW_TOKENS = 256  # rows x new tokens of a call worth making the copy for (module docstring)
+MIN_NEW_TOKENS = 256  # new tokens of a one-row call worth making the copy for; half at 2+ rows
 
 _ENGINE = "fbgemm"
 _EPS = 2.0**-23  # float32's unit roundoff, doubled
@@ -112,17 +116,18 @@ class Screen:
         with torch.no_grad():
             w = weight.detach()
             n = w.shape[1]
-            spread = torch.empty(w.shape[0], dtype=torch.float64)
+            spread = torch.empty(w.shape[0])
             for start in range(0, w.shape[0], _BLOCK):
-                block = w[start : start + _BLOCK].double()  # (rows, n)
-                gap = torch.linalg.vector_norm(block - block.half().double(), dim=1)
+                block = w[start : start + _BLOCK]  # (rows, n)
+                # w - h is exact in float32 (h is w rounded to fewer bits)
+                gap = torch.linalg.vector_norm(block - block.half().float(), dim=1)
                 size = torch.linalg.vector_norm(block, dim=1)
                 spread[start : start + _BLOCK] = gap + n * _EPS * (2 * size + gap)
-            # float64 -> float32 rounded up, so the bound stays a bound
-            self.spread = (spread * (1 + 2.0**-20)).float()
-            self.packed = _pack(w)
+            # a float32 norm is off by at most n 2^-24 of itself: rounded up by 4 times that
+            self.spread = spread * (1 + n * 2.0**-22)  # (V,)
             self.spread_array = self.spread.numpy()
             self.spread_max = float(self.spread.max())
+            self.packed = _pack(w)
             self.bias_error = None  # (V,) numpy float32, or None
             self.bias_error_max = 0.0
             if bias is not None:
@@ -193,6 +198,12 @@ def screen(head: nn.Module) -> Screen | None:
         entry = (key, Screen(weight, bias) if _fits_float16(weight, bias) else None)
         _SCREENS[head] = entry
     return entry[1]
+
+
+def worth_making(rows: int, new_tokens: int) -> bool:
+    """Whether a call of ``rows`` rows and ``new_tokens`` new tokens wins back the time that
+    making a screen takes (module docstring)."""
+    return new_tokens >= (MIN_NEW_TOKENS if rows == 1 else MIN_NEW_TOKENS // 2)
 
 
 def ready(head: nn.Module) -> bool:
