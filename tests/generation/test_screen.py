@@ -261,3 +261,99 @@ def test_a_screen_is_made_for_calls_long_enough_to_win_its_time_back():
     n = screen.MIN_NEW_TOKENS
     assert screen.worth_making(1, n) and not screen.worth_making(1, n - 1)
     assert screen.worth_making(8, n // 2) and not screen.worth_making(8, n // 2 - 1)
+
+
+def _rival_head(pruned_rows: int = 0) -> tuple[nn.Linear, torch.Tensor, int]:
+    """A head and an input where the float16 copy ranks a rival id below the best one by half
+    the rival's bound while its float32 logit is above: only the bound, used in full, finds it.
+
+    x is +-1 (|x|_2 = 8 for n = 64). Row 7 is 1.5 x sign (float16-exact): logit 96. The rival,
+    row 4000, is 1.5 lowered by one float16 step (2^-10) in 14 places, plus 0.9 of half a step
+    along x that float16 rounds away: float16 logit 96 - 14 * 2^-10 = 95.9863, float32 logit
+    95.9863 + 64 * 0.9 * 2^-11 = 96.0145, bound about 8 * |that part|_2 = 0.0281. With
+    ``pruned_rows``, as many float16-exact rows at 96 - 20 * 2^-10 (inside the first pass's
+    band, each one's own bound tiny) make the first pass keep more than MAX_CANDIDATES ids.
+    """
+    head = _head(std=0.002, seed=7)
+    sign = torch.where(torch.arange(64) % 3 == 0, -1.0, 1.0)
+    x = sign[None].clone()  # (1, 64)
+    with torch.no_grad():
+        head.weight[7] = 1.5 * sign
+        lowered = torch.full((64,), 1.5)
+        lowered[:14] -= 2.0**-10
+        head.weight[4000] = (lowered + 0.9 * 2.0**-11) * sign
+        for row in range(100, 100 + pruned_rows):
+            band = torch.full((64,), 1.5)
+            band[:20] -= 2.0**-10
+            head.weight[row] = band * sign
+    return head, x, 4000
+
+
+@pytest.mark.parametrize("pruned_rows", [0, screen.MAX_CANDIDATES + 6])
+def test_a_rival_that_only_the_whole_bound_reaches_is_found(pruned_rows):
+    head, x, rival = _rival_head(pruned_rows)
+    assert _argmax32(head, x) == [rival]
+    found = screen.screen(head)
+    approx = torch.ops.quantized.linear_dynamic_fp16(x, found.packed)[0]
+    assert approx[rival] < approx[7] - 0.01  # the float16 copy ranks the rival below row 7
+    assert screen.greedy_tokens(head, x).tolist() == [rival]
+
+
+def test_weights_whose_squares_underflow_still_have_a_bound():
+    head = _head(bias=True, std=0.0)  # rows 0 and 1 carry the best logits through their bias
+    with torch.no_grad():
+        head.bias.zero_()
+        head.bias[0], head.bias[1] = 1.0, 1.0 - 1e-6
+        head.weight[1] = 1e-25  # float16 holds none of it; its square underflows in float32
+        head.weight[2] = torch.tensor([0.5, -0.5]).repeat(32)  # x . w = 0: not a rival
+    x = torch.full((1, 64), 1e18)
+    assert _argmax32(head, x) == [1]
+    assert screen.greedy_tokens(head, x).tolist() == [1]
+
+
+def test_products_in_the_subnormal_range_are_bounded():
+    head = _head(std=0.0)
+    with torch.no_grad():
+        head.weight[2:] = -1.0  # logits -320 x 2^-149: far below rows 0 and 1
+        head.weight[0] = 1.10005  # float16 rounds it to 1.0996
+        head.weight[1, :63] = 1.25
+    # x_i * w_i: 5.5 or 6.25 times float32's least value, rounded to 5 or 6 of it
+    x = torch.full((1, 64), 5 * 2.0**-149)  # float32 logits 384 and 378 x 2^-149
+    assert _argmax32(head, x) == [0]
+    assert screen.greedy_tokens(head, x).tolist() == [0]
+
+
+def test_logits_near_float32s_range_are_left_to_the_logits():
+    x = torch.full((1, 64), 1e36)
+    assert screen.greedy_tokens(_head(std=1.0), x) is None
+
+
+def test_a_head_made_in_inference_mode_is_screened_outside_it():
+    with torch.inference_mode():
+        head = _head()
+    x = torch.randn(2, 64)
+    assert screen.greedy_tokens(head, x).tolist() == _argmax32(head, x)
+
+
+def test_the_best_float16_id_loses_to_a_rival_below_it():
+    """Row 7's float16 copy rounds up (1.5 - 0.9 of half a step -> 1.5): float16 logit 96,
+    float32 logit 96 - 0.0281. The rival (row 4000, float16-exact) sits at 96 - 14 * 2^-10 =
+    95.9863 in both, so it is the argmax, inside row 7's bound but not its own. 70 exact rows
+    at 96 - 33 * 2^-10 = 95.9678 (their upper bounds 95.9693 just below row 7's lower bound
+    95.9704, which the float rounding terms widen; inside the first pass's band) make the screen prune the first pass, where each id is kept only if its upper
+    bound reaches the lower bound of row 7, taken in full."""
+    head = _head(std=0.002, seed=10)
+    sign = torch.where(torch.arange(64) % 3 == 0, -1.0, 1.0)
+    x = sign[None].clone()  # (1, 64)
+    with torch.no_grad():
+        head.weight[7] = (1.5 - 0.9 * 2.0**-11) * sign
+        rival = torch.full((64,), 1.5)
+        rival[:14] -= 2.0**-10
+        head.weight[4000] = rival * sign
+        band = torch.full((64,), 1.5)
+        band[:33] -= 2.0**-10
+        head.weight[100:170] = band * sign
+    assert _argmax32(head, x) == [4000]
+    approx = torch.ops.quantized.linear_dynamic_fp16(x, screen.screen(head).packed)[0]
+    assert approx[7] > approx[4000]
+    assert screen.greedy_tokens(head, x).tolist() == [4000]

@@ -18,10 +18,14 @@ its float16 rounding ``h_j``, by Cauchy-Schwarz:
     |x . w_j - x . h_j| <= |x|_2 |w_j - h_j|_2
 
 and the float rounding of both dot products, each at most ``n 2^-24 |x|_2 |row|_2`` (here
-doubled: ``n 2^-23``), and of adding a bias. ``|w_j - h_j|_2`` and ``|w_j|_2`` are computed
-once when the copy is made, so a step's bound is ``|x|_2`` times a per-output constant. An id
-whose upper bound is below the largest lower bound has a float32 logit below another id's:
-not the argmax. A test checks the bound against float64 logits on inputs of many scales.
+doubled: ``n 2^-23``), and of adding a bias; products in float32's subnormal range round by
+an absolute ``2^-150`` each, so ``4 (n + 1) 2^-149`` is added to every bound, and a step
+whose logits could overflow (``|x|_2 max_j |w_j|_2`` near float32's range) is not screened.
+``|w_j - h_j|_2`` and ``|w_j|_2`` are computed once, in float64, when the copy is made, so a
+step's bound is ``|x|_2`` times a per-output constant. An id whose upper bound is below the
+largest lower bound has a float32 logit below another id's: not the argmax. Tests check the
+bound against float64 logits on inputs of many scales, and tokens against float32's argmax on
+rows built so that only the float32 weights tell the best id.
 
 Where the screen does not decide, the caller computes the float32 logits as usual: more than
 :data:`MAX_CANDIDATES` candidates in a row (near-ties), an input that is not finite (NaN or
@@ -71,6 +75,7 @@ MIN_NEW_TOKENS = 256  # new tokens of a one-row call worth making the copy for; 
 _ENGINE = "fbgemm"
 _EPS = 2.0**-23  # float32's unit roundoff, doubled
 _BLOCK = 4096  # rows of the weight measured at a time when the copy is made (cache-sized)
+_SAFE = 2.0**126  # logits (and every partial sum) below this magnitude cannot overflow
 
 # nn.Linear -> (key of the weight and bias it was made from, Screen or None)
 _SCREENS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -105,8 +110,11 @@ class Screen:
 
     Attributes:
         packed: FBGEMM's packed float16 weight (no bias).
-        spread: (V,) float32: ``|w_j - h_j|_2 + n 2^-23 (2 |w_j|_2 + |w_j - h_j|_2)``, rounded
-            up (module docstring); a row's bound is ``|x|_2`` times it.
+        spread: (V,) float64: ``|w_j - h_j|_2 + n 2^-23 (2 |w_j|_2 + |w_j - h_j|_2)``, rounded
+            up (module docstring); a row's bound is ``|x|_2`` times it, plus ``tiny`` (the
+            absolute rounding of float32's subnormal range, ``4 (n + 1) 2^-149``).
+        largest: the largest ``|w_j|_2``: with ``|x|_2`` it bounds every logit and partial
+            sum, and a step whose bound nears float32's range is left to the logits.
         spread_array, spread_max: numpy's view of it, and its largest value.
         bias_error: (V,) numpy float32, the float rounding of adding the bias on both sides, or
             None without a bias; bias_error_max its largest value (0 without).
@@ -116,23 +124,31 @@ class Screen:
         with torch.no_grad():
             w = weight.detach()
             n = w.shape[1]
-            spread = torch.empty(w.shape[0])
+            gaps = torch.empty(w.shape[0], dtype=torch.float64)
+            sizes = torch.empty_like(gaps)
             for start in range(0, w.shape[0], _BLOCK):
-                block = w[start : start + _BLOCK]  # (rows, n)
-                # w - h is exact in float32 (h is w rounded to fewer bits)
-                gap = torch.linalg.vector_norm(block - block.half().float(), dim=1)
-                size = torch.linalg.vector_norm(block, dim=1)
-                spread[start : start + _BLOCK] = gap + n * _EPS * (2 * size + gap)
-            # a float32 norm is off by at most n 2^-24 of itself: rounded up by 4 times that
-            self.spread = spread * (1 + n * 2.0**-22)  # (V,)
+                block = w[start : start + _BLOCK].double()  # (rows, n): squares cannot underflow
+                gaps[start : start + _BLOCK] = torch.linalg.vector_norm(
+                    block - block.half().double(), dim=1
+                )  # |w_j - h_j|_2
+                sizes[start : start + _BLOCK] = torch.linalg.vector_norm(block, dim=1)
+            # float64, with a relative 2^-40 more for its own rounding
+            self.spread = (gaps + n * _EPS * (2 * sizes + gaps)) * (1 + 2.0**-40)  # (V,)
+            # the float rounding of products in float32's subnormal range is absolute: 2^-150
+            # per operation, 2n operations per dot product, two dot products (and the bias)
+            self.tiny = 4 * (n + 1) * 2.0**-149
+            # |x . w_j| and every partial sum are at most |x|_2 |w_j|_2 (+ |bias|): below
+            # float32's range by this factor, no sum overflows in any order
+            self.largest = float(sizes.max()) + 2.0**-149  # max_j |w_j|_2
             self.spread_array = self.spread.numpy()
             self.spread_max = float(self.spread.max())
             self.packed = _pack(w)
             self.bias_error = None  # (V,) numpy float32, or None
-            self.bias_error_max = 0.0
+            self.bias_error_max = self.bias_max = 0.0
             if bias is not None:
                 self.bias_error = (4 * _EPS * bias.detach().abs()).numpy()
                 self.bias_error_max = float(self.bias_error.max())
+                self.bias_max = float(bias.detach().abs().max())
 
     def tokens(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
         """The argmax of each row of ``x @ weight.T + bias`` (M,) int64, or None where the
@@ -145,13 +161,17 @@ class Screen:
         m = a.shape[0]
         # |x|_2 in float64, rounded up a little: the bound must not shrink by rounding
         norm = np.sqrt(np.square(xs, dtype=np.float64).sum(axis=1)) * (1 + 2.0**-20)  # (M,)
+        if not norm.max(initial=0.0) * self.largest + self.bias_max < _SAFE:
+            return None  # NaN or inf in x, or logits that could overflow in some order
         best = np.argmax(a, axis=1)  # (M,) the screen's best id of each row (a NaN's if any)
         # The float32 logit of ``best`` is at least floor: an id below floor is not the argmax.
-        floor = a[np.arange(m), best] - norm * self.spread_array[best] - self._bias_error(best)
+        floor = a[np.arange(m), best] - (
+            norm * self.spread_array[best] + self._bias_error(best) + self.tiny
+        )
         # An id reaches floor only if a_j + err_j >= floor, and err_j is at most norm * the
         # largest spread (+ the largest bias term): a superset of the candidates in one pass.
-        reach = floor - norm * self.spread_max - self.bias_error_max  # (M,) float64
-        if not np.isfinite(reach).all():  # NaN or inf in x (every logit is then), or overflow
+        reach = floor - (norm * self.spread_max + self.bias_error_max + self.tiny)  # (M,) float64
+        if not np.isfinite(reach).all():  # (a NaN from a bias the checks let through)
             return None
         reach32 = np.nextafter(reach.astype(np.float32), np.float32(-np.inf))  # rounded down
         flat = np.flatnonzero(a >= reach32[:, None])  # (C,) row-major, ids ascending
@@ -159,7 +179,7 @@ class Screen:
             return torch.from_numpy(best.astype(np.int64))  # (M,)
         rows, ids = np.divmod(flat, a.shape[1])  # (C,) each
         if flat.size > MAX_CANDIDATES:  # keep those whose own bound reaches floor
-            err = norm[rows] * self.spread_array[ids] + self._bias_error(ids)
+            err = norm[rows] * self.spread_array[ids] + self._bias_error(ids) + self.tiny
             keep = a[rows, ids] + err >= floor[rows]
             rows, ids = rows[keep], ids[keep]
         counts = np.bincount(rows, minlength=m)  # (M,) each at least 1
@@ -195,7 +215,9 @@ def screen(head: nn.Module) -> Screen | None:
     key = (packing._key(weight), None if bias is None else packing._key(bias))
     entry = _SCREENS.get(head)
     if entry is None or entry[0] != key:
-        entry = (key, Screen(weight, bias) if _fits_float16(weight, bias) else None)
+        with torch.no_grad():  # (parameters made in inference mode refuse autograd's ops)
+            made = Screen(weight, bias) if _fits_float16(weight, bias) else None
+        entry = (key, made)
         _SCREENS[head] = entry
     return entry[1]
 
