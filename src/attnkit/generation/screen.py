@@ -37,11 +37,12 @@ while the weight is unchanged (:func:`attnkit.generation.packed.release` drops i
 Measured on the AVX2-only AMD EPYC (one thread, weights from memory; docs/benchmarks.md,
 "Text generation"): GPT-2's output layer (50,257 x 768) takes 6.4 ms in float32 and 3.3 ms
 with float16 weights at one row, 17.6 and 8.4 ms at 8 rows. Making the copy and its bound
-takes 0.84-0.92 s there (FBGEMM's packing 0.62 s of it; the Llama shape's 32,000 x 512: 0.26
-s), which a one-row call wins back after about 240 tokens and an 8-row call after about 100,
-whatever the layer's size (both scale with it). So :func:`attnkit.generation.generate` makes
-it for calls of at least :data:`MIN_NEW_TOKENS` new tokens at one row and half as many at
-more rows (:func:`worth_making`), or uses it when made already: it is kept for later calls.
+takes 1.08 s there (FBGEMM's packing 0.61 s of it; the Llama shape's 32,000 x 512: 0.33 s),
+which GPT-2 124M wins back after about 290 new tokens at one row (3.7 ms a step) and 120 at 8
+rows (9 ms a step); both costs grow with the layer. So :func:`attnkit.generation.generate`
+makes it for calls of at least :data:`MIN_NEW_TOKENS` new tokens at one row and half as many
+at more rows (:func:`worth_making`), and uses it whenever it is made already: it is kept for
+later calls, which then gain from the first token.
 """
 
 from __future__ import annotations
