@@ -97,7 +97,14 @@ from attnkit.hardware import mkl_gemv_is_fast, mkl_gemv_is_generic
 from attnkit.modules.feed_forward import FeedForward
 from attnkit.modules.multihead import MultiHeadAttention
 
-__all__ = ["int8_available", "linear", "packed_linears", "packed_weight", "release"]
+__all__ = [
+    "fbgemm_engine",
+    "int8_available",
+    "linear",
+    "packed_linears",
+    "packed_weight",
+    "release",
+]
 
 # nn.Linear -> (key of the weight it was made from, packed weight or None if oneDNN refused)
 _PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -217,6 +224,19 @@ def int8_available() -> bool:
 _INT8_LOCK = threading.Lock()  # torch.backends.quantized.engine is process-wide
 
 
+@contextmanager
+def fbgemm_engine() -> Iterator[None]:
+    """torch's quantized engine set to FBGEMM for the block (packing int8 or float16 weights
+    for its kernels), under a lock, and put back after."""
+    with _INT8_LOCK:
+        engine = torch.backends.quantized.engine
+        torch.backends.quantized.engine = _INT8_ENGINE
+        try:
+            yield
+        finally:
+            torch.backends.quantized.engine = engine
+
+
 def _pack_int8(weight: Tensor, bias: Tensor | None):
     """float32 ``weight`` (out, in) quantized per output channel (symmetric, the scales of
     torch.ao's ``PerChannelMinMaxObserver``) and packed for FBGEMM with ``bias``."""
@@ -232,15 +252,10 @@ def _pack_int8(weight: Tensor, bias: Tensor | None):
         with warnings.catch_warnings():  # torch deprecates quantized tensors (for torchao,
             warnings.filterwarnings("ignore", "torch.quantize_per_tensor")  # not eager-fast)
             q = torch.quantize_per_channel(w, scale.double(), zero_point, 0, torch.qint8)
-        with _INT8_LOCK:
-            engine = torch.backends.quantized.engine
-            torch.backends.quantized.engine = _INT8_ENGINE  # the packing's kernel library
-            try:
-                return torch.ops.quantized.linear_prepack(
-                    q, None if bias is None else bias.detach().float()
-                )
-            finally:
-                torch.backends.quantized.engine = engine
+        with fbgemm_engine():  # the packing's kernel library
+            return torch.ops.quantized.linear_prepack(
+                q, None if bias is None else bias.detach().float()
+            )
 
 
 def _int8(owner: nn.Module, weight: Tensor, bias: Tensor | None):

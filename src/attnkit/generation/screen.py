@@ -73,7 +73,6 @@ MAX_CANDIDATES = 64  # per row; more: the float32 logits decide (near-ties, a fl
 MIN_OUTPUTS = 4096  # smaller output layers take their float32 product
 MIN_NEW_TOKENS = 256  # new tokens of a one-row call worth making the copy for; half at 2+ rows
 
-_ENGINE = "fbgemm"
 _EPS = 2.0**-23  # float32's unit roundoff, doubled
 _BLOCK = 4096  # rows of the weight measured at a time when the copy is made (cache-sized)
 _SAFE = 2.0**126  # logits (and every partial sum) below this magnitude cannot overflow
@@ -84,25 +83,20 @@ _SCREENS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def _pack(weight: Tensor) -> object:
     """float32 ``weight`` (out, in) rounded to float16 and packed for FBGEMM's product."""
-    with packing._INT8_LOCK:  # torch.backends.quantized.engine is process-wide
-        engine = torch.backends.quantized.engine
-        torch.backends.quantized.engine = _ENGINE
-        try:
-            return torch.ops.quantized.linear_prepack_fp16(weight, None)
-        finally:
-            torch.backends.quantized.engine = engine
+    with packing.fbgemm_engine():
+        return torch.ops.quantized.linear_prepack_fp16(weight, None)
 
 
 @functools.cache
 def available() -> bool:
     """True where torch has FBGEMM's float16-weight product and it runs (x86 CPUs with AVX2):
     a tiny weight is packed and multiplied once."""
-    if _ENGINE not in torch.backends.quantized.supported_engines:
+    if "fbgemm" not in torch.backends.quantized.supported_engines:
         return False
     try:
         out = torch.ops.quantized.linear_dynamic_fp16(torch.ones(1, 4), _pack(torch.ones(2, 4)))
-    except (RuntimeError, AttributeError, NotImplementedError):
-        return False
+    except (RuntimeError, AttributeError, NotImplementedError):  # an op missing from this torch
+        return False  # build, or refused on this CPU: greedy then takes the float32 logits
     return tuple(out.shape) == (1, 2) and bool((out == 4).all())
 
 
@@ -213,7 +207,7 @@ def screen(head: nn.Module) -> Screen | None:
         or not available()
     ):
         return None
-    key = (packing._key(weight), None if bias is None else packing._key(bias))
+    key = _key(head)
     entry = _SCREENS.get(head)
     if entry is None or entry[0] != key:
         with torch.no_grad():  # (parameters made in inference mode refuse autograd's ops)
@@ -232,17 +226,19 @@ def worth_making(rows: int, new_tokens: int) -> bool:
 def ready(head: nn.Module) -> bool:
     """Whether ``head``'s screen is made and current (then using it costs nothing more)."""
     entry = _SCREENS.get(head)
-    if entry is None or entry[1] is None:
-        return False
+    return entry is not None and entry[1] is not None and entry[0] == _key(head)
+
+
+def _key(head: nn.Linear) -> tuple:
+    """What a screen is kept for: ``head``'s weight and bias as they are now."""
     bias = head.bias
-    return entry[0] == (packing._key(head.weight), None if bias is None else packing._key(bias))
+    return (packing._key(head.weight), None if bias is None else packing._key(bias))
 
 
 def _fits_float16(weight: Tensor, bias: Tensor | None) -> bool:
-    """Finite weights (and bias) that float16 holds without overflowing."""
+    """Finite weights (and bias) that float16 holds without overflowing (NaN fails both)."""
     largest = float(weight.detach().abs().amax())
-    finite = largest < 65504 and (bias is None or bool(torch.isfinite(bias).all()))
-    return finite
+    return largest < 65504 and (bias is None or bool(torch.isfinite(bias).all()))
 
 
 def greedy_tokens(head: nn.Module, hidden: Tensor) -> Tensor | None:
