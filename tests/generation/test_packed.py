@@ -124,6 +124,150 @@ def test_bfloat16_in_float32_rows_and_the_single_row(monkeypatch, relu, bias):
     torch.testing.assert_close(one.double(), wide[:1, :1], rtol=2**-7, atol=1e-2)
 
 
+needs_float16 = pytest.mark.skipif(
+    not packed.float16_available(), reason="no FBGEMM float16 product in this torch or CPU"
+)
+
+
+def _count_float16(monkeypatch) -> list:
+    """Records each call of FBGEMM's float16-weight product made through packed.py."""
+    calls = []
+    real = torch.ops.quantized.linear_dynamic_fp16
+
+    class Ops:  # torch.ops.quantized, with the one product counted
+        def __getattr__(self, name):
+            return getattr(torch.ops.quantized, name)
+
+        def linear_dynamic_fp16(self, *args):
+            calls.append(args[0].shape)
+            return real(*args)
+
+    class Torch:  # packed.py's torch, with torch.ops.quantized above
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+    fake = Torch()
+    fake.ops = type("Namespace", (), {"quantized": Ops(), "mkldnn": torch.ops.mkldnn})()
+    monkeypatch.setattr(packed, "torch", fake)
+    return calls
+
+
+def _bf16_linear(out_features: int, in_features: int, bias: bool, scale: float = 1.0):
+    torch.manual_seed(3)
+    module = nn.Linear(in_features, out_features, bias=bias)
+    with torch.no_grad():
+        module.weight.mul_(scale)
+    return module.to(torch.bfloat16)
+
+
+@needs_float16
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize(
+    "shape, scale",
+    [((1100, 64), 1.0), ((48, 1024), 1.0), ((1030, 40), 1e6), ((1030, 40), 1e-7)],
+)  # fmt: skip
+def test_one_bfloat16_row_takes_the_float16_copy_of_a_long_weight(
+    monkeypatch, shape, scale, bias, relu
+):
+    """Where bfloat16 is packed in float32 (forced here), one row on a weight of 1,024 or more
+    on a side is multiplied through its float16 copy, scaled by a power of two so that float16
+    holds it exactly (weights of 1e6 and 1e-7 too): float32 sums of exact products, one
+    rounding to bfloat16, as torch's bfloat16 product has them."""
+    monkeypatch.setattr(packed, "_bf16_in_float32", lambda dtype: dtype == torch.bfloat16)
+    module = _bf16_linear(*shape, bias=bias, scale=scale)
+    weight = packed_weight(module)
+    calls = _count_float16(monkeypatch)
+    plain = _count_f_linear(monkeypatch)
+    row = (torch.randn(1, 1, shape[1]) * 3).to(torch.bfloat16)
+    b = None if module.bias is None else module.bias.double()
+    wide = nn.functional.linear(row.double(), module.weight.double(), b)
+    wide = wide.relu() if relu else wide
+    with torch.inference_mode():
+        one = packed._product(row, module.weight, module.bias, weight, relu=relu)
+    assert calls == [(1, shape[1])] and not plain  # the float16 copy, not F.linear
+    assert one.dtype == torch.bfloat16 and one.shape == (1, 1, shape[0])
+    # the float32 sum of exact products within n 2^-24 of the sum of |products|, then one
+    # rounding to bfloat16 (half an ulp, 2^-9 relative)
+    spread = nn.functional.linear(row.double().abs(), module.weight.double().abs())
+    spread = spread.relu() if relu else spread
+    error = (one.double() - wide).abs()
+    assert bool((error <= wide.abs() * 2**-8 + spread * shape[1] * 2**-23 + 1e-30).all())
+    # ... and torch's own bfloat16 product agrees to within the same rounding
+    reference = nn.functional.linear(row, module.weight, module.bias)
+    reference = reference.relu() if relu else reference
+    torch.testing.assert_close(
+        one, reference, rtol=2**-7, atol=1e-30 + float(spread.max().detach()) * 1e-5
+    )
+
+
+@needs_float16
+def test_narrow_weights_and_weights_float16_cannot_hold_take_f_linear(monkeypatch):
+    """A 768 x 768 weight (FBGEMM's float16 product is slower there) and a long weight whose
+    values span more than float16's range after scaling keep torch's bfloat16 product, the
+    same values as F.linear."""
+    monkeypatch.setattr(packed, "_bf16_in_float32", lambda dtype: dtype == torch.bfloat16)
+    narrow = _bf16_linear(768, 768, bias=True)
+    wide_range = _bf16_linear(1030, 40, bias=False)
+    with torch.no_grad():
+        wide_range.weight[0, 0] = 2.0**-40 * (1 + 2**-7)  # 8 bits, far below float16's range
+    calls = _count_float16(monkeypatch)
+    for module in (narrow, wide_range):
+        weight = packed_weight(module)
+        row = torch.randn(1, module.in_features).to(torch.bfloat16)
+        with torch.inference_mode():
+            got = packed._product(row, module.weight, module.bias, weight)
+        assert torch.equal(got, nn.functional.linear(row, module.weight, module.bias))
+    assert not calls
+    assert packed._HALF[id(packed_weight(wide_range))][1] is None  # asked once, refused
+
+
+@needs_float16
+def test_the_float16_copy_follows_its_bias_and_overflows_as_torch_does(monkeypatch):
+    """A new bias (the weight unchanged) makes a new copy; a row whose float32 sums overflow
+    gives inf as torch's bfloat16 product does, not inf from the scaled weights."""
+    monkeypatch.setattr(packed, "_bf16_in_float32", lambda dtype: dtype == torch.bfloat16)
+    module = _bf16_linear(1024, 16, bias=True)
+    weight = packed_weight(module)
+    row = torch.randn(1, 16).to(torch.bfloat16)
+    with torch.inference_mode():
+        before = packed._product(row, module.weight, module.bias, weight)
+        module.bias.add_(100.0)
+        after = packed._product(row, module.weight, module.bias, weight)
+    torch.testing.assert_close(after.float() - before.float(), torch.full((1, 1024), 100.0),
+                               rtol=0, atol=1.0)  # fmt: skip
+    with torch.no_grad():
+        module.weight.abs_()
+        module.bias.zero_()
+    weight = packed_weight(module)  # remade: the weight changed
+    huge = torch.full((1, 16), 2.0**127).to(torch.bfloat16)  # 16 x 2^127 x |w|: overflows for most
+    modest = torch.full((1, 16), 2.0**100).to(torch.bfloat16)  # 2^100 x 2^shift would not fit,
+    with torch.inference_mode():  # but the row is scaled down, not the weights up
+        got_huge = packed._product(huge, module.weight, module.bias, weight)
+        got_modest = packed._product(modest, module.weight, module.bias, weight)
+    assert torch.equal(got_huge.isinf(), nn.functional.linear(huge, module.weight).isinf())
+    assert bool(got_huge.isinf().any()) and bool(torch.isfinite(got_modest).all())
+    torch.testing.assert_close(got_modest, nn.functional.linear(modest, module.weight),
+                               rtol=2**-7, atol=0)  # fmt: skip
+
+
+@needs_float16
+def test_the_float16_copy_goes_with_its_packed_weight(monkeypatch):
+    monkeypatch.setattr(packed, "_bf16_in_float32", lambda dtype: dtype == torch.bfloat16)
+    module = _bf16_linear(1024, 8, bias=False)
+    weight = packed_weight(module)
+    with torch.inference_mode():
+        packed._product(torch.ones(1, 8).to(torch.bfloat16), module.weight, None, weight)
+    key = id(weight)
+    assert packed._HALF[key][1] is not None
+    del weight
+    release(module)
+    import gc
+
+    gc.collect()
+    assert key not in packed._HALF
+
+
 def test_other_dtypes_and_gradients_take_f_linear():
     module = nn.Linear(8, 4).double()
     assert packed_weight(module) is None

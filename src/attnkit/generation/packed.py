@@ -99,9 +99,11 @@ from attnkit.modules.multihead import MultiHeadAttention
 
 __all__ = [
     "fbgemm_engine",
+    "float16_available",
     "int8_available",
     "linear",
     "packed_linears",
+    "pack_float16",
     "packed_weight",
     "release",
 ]
@@ -237,6 +239,28 @@ def fbgemm_engine() -> Iterator[None]:
             torch.backends.quantized.engine = engine
 
 
+def pack_float16(weight: Tensor, bias: Tensor | None = None):
+    """float32 ``weight`` (out, in) rounded to float16 and packed for FBGEMM's float16-weight
+    product (``torch.ops.quantized.linear_dynamic_fp16``: inputs and sums stay float32), with
+    float32 ``bias``."""
+    with fbgemm_engine():
+        return torch.ops.quantized.linear_prepack_fp16(weight, bias)
+
+
+@functools.cache
+def float16_available() -> bool:
+    """True where torch has FBGEMM's float16-weight product and it runs (x86 CPUs with AVX2):
+    a tiny weight is packed and multiplied once."""
+    if _INT8_ENGINE not in torch.backends.quantized.supported_engines:
+        return False
+    try:
+        probe = pack_float16(torch.ones(2, 4))
+        out = torch.ops.quantized.linear_dynamic_fp16(torch.ones(1, 4), probe)
+    except (RuntimeError, AttributeError, NotImplementedError):  # an op missing from this torch
+        return False  # build, or refused on this CPU
+    return tuple(out.shape) == (1, 2) and bool((out == 4).all())
+
+
 def _pack_int8(weight: Tensor, bias: Tensor | None):
     """float32 ``weight`` (out, in) quantized per output channel (symmetric, the scales of
     torch.ao's ``PerChannelMinMaxObserver``) and packed for FBGEMM with ``bias``."""
@@ -313,6 +337,65 @@ def _row_major(packed: Tensor, weight: Tensor) -> tuple[Tensor, np.ndarray]:
     return copy
 
 
+HALF_MIN_SIDE = 1024  # a bfloat16 row takes the float16 copy of weights this long on a side
+# id(packed weight) -> (key of the bias, then FBGEMM's float16 packing of the bfloat16 weight
+# times 2^shift with the bias and (1,) float32 2^-shift, or None where float16 cannot hold the
+# scaled weight exactly); made at the first one-row bfloat16 call, freed with the packed weight
+_HALF: dict[int, tuple[tuple | None, tuple[object, Tensor] | None]] = {}
+
+
+def _half_copy(packed: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[object, Tensor] | None:
+    """A bfloat16 ``weight`` scaled by a power of two, ``2^shift``, so that its largest value
+    lies in [2^14, 2^15), packed in float16 with ``bias`` (float32) for FBGEMM
+    (:func:`pack_float16`), and ``2^-shift`` as a (1,) float32 tensor for the row, if float16 holds every
+    scaled weight exactly (bfloat16's 8 significant bits fit from 2^-17 up: values 2^31 below
+    the largest one); else None. Made once per ``packed`` weight (which is remade when the
+    weight changes) and bias, and freed with the packed weight."""
+    key, bias_key = id(packed), None if bias is None else _key(bias)
+    entry = _HALF.get(key)
+    if entry is None or entry[0] != bias_key:
+        copy = None
+        with torch.no_grad():
+            wide = weight.detach().float()  # exact
+            largest = float(wide.abs().max())
+            if 0 < largest < float("inf"):
+                shift = 14 - int(np.floor(np.log2(largest)))
+                scaled = wide * 2.0**shift  # exact: a power of two
+                if torch.equal(scaled.half().float(), scaled):
+                    wide_bias = None if bias is None else bias.detach().float()  # exact
+                    copy = (pack_float16(scaled, wide_bias), torch.tensor([2.0**-shift]))
+        if entry is None:
+            weakref.finalize(packed, _HALF.pop, key, None)
+        entry = _HALF[key] = (bias_key, copy)
+    return entry[1]
+
+
+def _one_bf16_row(x: Tensor, weight: Tensor, bias: Tensor | None, packed: Tensor) -> Tensor:
+    """``F.linear(x, weight, bias)`` for one bfloat16 row on a CPU without oneDNN's bfloat16
+    kernels (:func:`_bf16_in_float32`).
+
+    torch's bfloat16 product streams a weight at 9-15 GB/s on the AVX2-only AMD EPYC; FBGEMM's
+    float16-weight product reads the same bytes at 15-26 GB/s for weights of
+    :data:`HALF_MIN_SIDE` or more on a side (GPT-2's 768 x 2304, 768 x 3072, 3072 x 768 and
+    output layer, the Llama shape's 512 x 2816, 1408 x 512 and output layer), but not for
+    narrower ones (512 x 512, 768 x 768: 5-30% slower; docs/benchmarks.md, "Modern
+    attention"). So such weights get a float16 copy scaled by ``2^shift`` (:func:`_half_copy`,
+    where float16 holds it exactly), multiplied by the row widened to float32 and scaled by
+    ``2^-shift`` (both exact, but for row values below 2^-100 or so), with the sums and the
+    bias in float32 as torch's bfloat16 product has them, rounded to bfloat16 once: torch's
+    result up to the order of the sums (and its overflow where a sum overflows).
+    """
+    copy = None
+    if max(weight.shape) >= HALF_MIN_SIDE and float16_available():
+        copy = _half_copy(packed, weight, bias)
+    if copy is None:
+        return F.linear(x, weight, bias)
+    half, unscale = copy
+    row = torch.mul(x.reshape(1, x.shape[-1]), unscale)  # (1, in) float32 (a (1,) tensor widens)
+    out = torch.ops.quantized.linear_dynamic_fp16(row, half)  # (1, out) float32, bias added
+    return out.to(x.dtype).view(*x.shape[:-1], -1)
+
+
 def linear(
     x: Tensor, module: nn.Linear, packed: Tensor | None, *, openblas: bool = False
 ) -> Tensor:
@@ -375,8 +458,8 @@ def _product(
     # the same values as rounding first (ReLU keeps the sign), in one pass fewer.
     attr = "relu" if relu else "none"
     if packed.dtype != x.dtype:  # bfloat16 computed in float32 (_bf16_in_float32)
-        if x.numel() == x.shape[-1]:  # one row: torch's bfloat16 product reads half the bytes
-            out = F.linear(x, weight, bias)
+        if x.numel() == x.shape[-1]:  # one row: half the bytes of float32 (_one_bf16_row)
+            out = _one_bf16_row(x, weight, bias, packed)
             return F.relu(out) if relu else out
         wide = None if bias is None else bias.float()
         out = torch.ops.mkldnn._linear_pointwise(x.float(), packed, wide, attr, [], "")

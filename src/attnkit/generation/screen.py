@@ -47,7 +47,6 @@ later calls, which then gain from the first token.
 
 from __future__ import annotations
 
-import functools
 import weakref
 
 import numpy as np
@@ -83,21 +82,12 @@ _SCREENS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def _pack(weight: Tensor) -> object:
     """float32 ``weight`` (out, in) rounded to float16 and packed for FBGEMM's product."""
-    with packing.fbgemm_engine():
-        return torch.ops.quantized.linear_prepack_fp16(weight, None)
+    return packing.pack_float16(weight)
 
 
-@functools.cache
 def available() -> bool:
-    """True where torch has FBGEMM's float16-weight product and it runs (x86 CPUs with AVX2):
-    a tiny weight is packed and multiplied once."""
-    if "fbgemm" not in torch.backends.quantized.supported_engines:
-        return False
-    try:
-        out = torch.ops.quantized.linear_dynamic_fp16(torch.ones(1, 4), _pack(torch.ones(2, 4)))
-    except (RuntimeError, AttributeError, NotImplementedError):  # an op missing from this torch
-        return False  # build, or refused on this CPU: greedy then takes the float32 logits
-    return tuple(out.shape) == (1, 2) and bool((out == 4).all())
+    """True where torch has FBGEMM's float16-weight product and it runs (x86 CPUs with AVX2)."""
+    return packing.float16_available()
 
 
 class Screen:
