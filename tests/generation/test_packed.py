@@ -175,6 +175,7 @@ def test_one_bfloat16_row_takes_the_float16_copy_of_a_long_weight(
     holds it exactly (weights of 1e6 and 1e-7 too): float32 sums of exact products, one
     rounding to bfloat16, as torch's bfloat16 product has them."""
     monkeypatch.setattr(packed, "_bf16_in_float32", lambda dtype: dtype == torch.bfloat16)
+    monkeypatch.setattr(packed, "HALF_AFTER_ROWS", 1)  # from the first row
     module = _bf16_linear(*shape, bias=bias, scale=scale)
     weight = packed_weight(module)
     calls = _count_float16(monkeypatch)
@@ -207,6 +208,7 @@ def test_narrow_weights_and_weights_float16_cannot_hold_take_f_linear(monkeypatc
     values span more than float16's range after scaling keep torch's bfloat16 product, the
     same values as F.linear."""
     monkeypatch.setattr(packed, "_bf16_in_float32", lambda dtype: dtype == torch.bfloat16)
+    monkeypatch.setattr(packed, "HALF_AFTER_ROWS", 1)
     narrow = _bf16_linear(768, 768, bias=True)
     wide_range = _bf16_linear(1030, 40, bias=False)
     with torch.no_grad():
@@ -219,7 +221,7 @@ def test_narrow_weights_and_weights_float16_cannot_hold_take_f_linear(monkeypatc
             got = packed._product(row, module.weight, module.bias, weight)
         assert torch.equal(got, nn.functional.linear(row, module.weight, module.bias))
     assert not calls
-    assert packed._HALF[id(packed_weight(wide_range))][1] is None  # asked once, refused
+    assert packed._HALF[id(packed_weight(wide_range))][2] is None  # asked once, refused
 
 
 @needs_float16
@@ -227,6 +229,7 @@ def test_the_float16_copy_follows_its_bias_and_overflows_as_torch_does(monkeypat
     """A new bias (the weight unchanged) makes a new copy; a row whose float32 sums overflow
     gives inf as torch's bfloat16 product does, not inf from the scaled weights."""
     monkeypatch.setattr(packed, "_bf16_in_float32", lambda dtype: dtype == torch.bfloat16)
+    monkeypatch.setattr(packed, "HALF_AFTER_ROWS", 1)
     module = _bf16_linear(1024, 16, bias=True)
     weight = packed_weight(module)
     row = torch.randn(1, 16).to(torch.bfloat16)
@@ -252,14 +255,24 @@ def test_the_float16_copy_follows_its_bias_and_overflows_as_torch_does(monkeypat
 
 
 @needs_float16
-def test_the_float16_copy_goes_with_its_packed_weight(monkeypatch):
+def test_the_float16_copy_is_made_after_enough_rows_and_goes_with_its_packed_weight(monkeypatch):
+    """A weight multiplies its first HALF_AFTER_ROWS - 1 single rows with torch's product (a
+    short call pays nothing for the copy), then through the copy; the copy is freed with the
+    packed weight."""
     monkeypatch.setattr(packed, "_bf16_in_float32", lambda dtype: dtype == torch.bfloat16)
+    monkeypatch.setattr(packed, "HALF_AFTER_ROWS", 3)
     module = _bf16_linear(1024, 8, bias=False)
     weight = packed_weight(module)
+    calls = _count_float16(monkeypatch)
+    plain = _count_f_linear(monkeypatch)
+    row = torch.ones(1, 8).to(torch.bfloat16)
     with torch.inference_mode():
-        packed._product(torch.ones(1, 8).to(torch.bfloat16), module.weight, None, weight)
+        for _ in range(4):
+            packed._product(row, module.weight, None, weight)
+        packed._product(row.expand(2, 8), module.weight, None, weight)  # not a single row
+    assert len(plain) == 2 and len(calls) == 2  # rows 1-2 torch's, rows 3-4 the copy
     key = id(weight)
-    assert packed._HALF[key][1] is not None
+    assert packed._HALF[key][0] == 4 and packed._HALF[key][2] is not None
     del weight
     release(module)
     import gc

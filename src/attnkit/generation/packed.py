@@ -31,7 +31,9 @@ The rule (:func:`packed_weight`): a float32 or bfloat16 weight on a CPU, torch b
 oneDNN, no gradient wanted; anything else, or a weight oneDNN refuses, takes ``F.linear``.
 Where oneDNN has no bfloat16 kernels (an AVX2 CPU), a bfloat16 weight is packed in float32:
 several rows are multiplied in float32 and rounded to bfloat16, one row takes torch's bfloat16
-``F.linear`` (:func:`_bf16_in_float32`). One exception per call (:func:`linear`): a single float32
+``F.linear`` (:func:`_bf16_in_float32`), or, for weights of 1,024 or more on a side, FBGEMM's
+float16-weight product on an exact float16 copy (:func:`_one_bf16_row`: a Llama-shaped step
+1.1x, its products 1.4x faster on the AVX2-only EPYC). One exception per call (:func:`linear`): a single float32
 row takes MKL's matrix-vector product where it is faster than the prepacked one: on an Intel
 CPU through ``F.linear`` (10-20% faster there; :func:`attnkit.hardware.mkl_gemv_is_fast`),
 and where MKL runs generic code (AMD; :func:`attnkit.hardware.mkl_gemv_is_generic`) on a copy
@@ -145,8 +147,9 @@ def _bf16_in_float32(dtype: torch.dtype) -> bool:
     torch's own bfloat16 product there multiplies one row at a time: on the AVX2-only AMD
     EPYC, 8 rows of a 32,000 x 512 weight took 17.4 ms, against 2.4 ms for one row. A
     bfloat16 value widens to float32 exactly and both products accumulate in float32, so the
-    float32 product rounded to bfloat16 is torch's up to the order of the sums. One row keeps
-    torch's product, which reads half the bytes (docs/benchmarks.md, "Text generation").
+    float32 product rounded to bfloat16 is torch's up to the order of the sums. One row reads
+    the bfloat16 bytes instead, half of float32's (:func:`_one_bf16_row`; docs/benchmarks.md,
+    "Text generation").
     """
     return dtype == torch.bfloat16 and not _ONEDNN_BF16
 
@@ -338,36 +341,54 @@ def _row_major(packed: Tensor, weight: Tensor) -> tuple[Tensor, np.ndarray]:
 
 
 HALF_MIN_SIDE = 1024  # a bfloat16 row takes the float16 copy of weights this long on a side
-# id(packed weight) -> (key of the bias, then FBGEMM's float16 packing of the bfloat16 weight
-# times 2^shift with the bias and (1,) float32 2^-shift, or None where float16 cannot hold the
-# scaled weight exactly); made at the first one-row bfloat16 call, freed with the packed weight
-_HALF: dict[int, tuple[tuple | None, tuple[object, Tensor] | None]] = {}
+HALF_AFTER_ROWS = 256  # ... once the weight has multiplied this many single rows
+# id(packed weight) -> [single bfloat16 rows it multiplied, key of the bias the copy holds,
+# (FBGEMM's float16 packing of the weight times 2^shift with the bias, (1,) float32 2^-shift)
+# or None]; freed with the packed weight
+_HALF: dict[int, list] = {}
 
 
 def _half_copy(packed: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[object, Tensor] | None:
+    """The float16 copy of a bfloat16 ``weight`` for one more single row, made once the weight
+    has multiplied :data:`HALF_AFTER_ROWS` single rows (None before, and where float16 cannot
+    hold it: :func:`_make_half`); remade when the bias changes, freed with ``packed`` (which is
+    remade when the weight changes).
+
+    Making it costs about what 250 rows gain (FBGEMM packs 16 ns a weight; a row saves about
+    0.06 ns a weight on the AVX2-only EPYC: GPT-2 124M 1.7 s against 4.7 ms a token, the
+    Llama shape 0.31 s against 1.4 ms), so a short call in a fresh process pays nothing, and
+    work that goes on pays at most about twice the best choice made in hindsight."""
+    key = id(packed)
+    entry = _HALF.get(key)
+    if entry is None:
+        entry = _HALF[key] = [0, None, None]
+        weakref.finalize(packed, _HALF.pop, key, None)
+    entry[0] += 1
+    if entry[0] < HALF_AFTER_ROWS:
+        return None
+    bias_key = None if bias is None else _key(bias)
+    if entry[0] == HALF_AFTER_ROWS or entry[1] != bias_key:
+        entry[1], entry[2] = bias_key, _make_half(weight, bias)
+    return entry[2]
+
+
+def _make_half(weight: Tensor, bias: Tensor | None) -> tuple[object, Tensor] | None:
     """A bfloat16 ``weight`` scaled by a power of two, ``2^shift``, so that its largest value
     lies in [2^14, 2^15), packed in float16 with ``bias`` (float32) for FBGEMM
-    (:func:`pack_float16`), and ``2^-shift`` as a (1,) float32 tensor for the row, if float16 holds every
-    scaled weight exactly (bfloat16's 8 significant bits fit from 2^-17 up: values 2^31 below
-    the largest one); else None. Made once per ``packed`` weight (which is remade when the
-    weight changes) and bias, and freed with the packed weight."""
-    key, bias_key = id(packed), None if bias is None else _key(bias)
-    entry = _HALF.get(key)
-    if entry is None or entry[0] != bias_key:
-        copy = None
-        with torch.no_grad():
-            wide = weight.detach().float()  # exact
-            largest = float(wide.abs().max())
-            if 0 < largest < float("inf"):
-                shift = 14 - int(np.floor(np.log2(largest)))
-                scaled = wide * 2.0**shift  # exact: a power of two
-                if torch.equal(scaled.half().float(), scaled):
-                    wide_bias = None if bias is None else bias.detach().float()  # exact
-                    copy = (pack_float16(scaled, wide_bias), torch.tensor([2.0**-shift]))
-        if entry is None:
-            weakref.finalize(packed, _HALF.pop, key, None)
-        entry = _HALF[key] = (bias_key, copy)
-    return entry[1]
+    (:func:`pack_float16`), and ``2^-shift`` as a (1,) float32 tensor for the row, if float16
+    holds every scaled weight exactly (bfloat16's 8 significant bits fit from 2^-17 up: values
+    2^31 below the largest one); else None."""
+    with torch.no_grad():
+        wide = weight.detach().float()  # exact
+        largest = float(wide.abs().max())
+        if not 0 < largest < float("inf"):
+            return None
+        shift = 14 - int(np.floor(np.log2(largest)))
+        scaled = wide * 2.0**shift  # exact: a power of two
+        if not torch.equal(scaled.half().float(), scaled):
+            return None
+        wide_bias = None if bias is None else bias.detach().float()  # exact
+        return pack_float16(scaled, wide_bias), torch.tensor([2.0**-shift])
 
 
 def _one_bf16_row(x: Tensor, weight: Tensor, bias: Tensor | None, packed: Tensor) -> Tensor:
@@ -379,9 +400,10 @@ def _one_bf16_row(x: Tensor, weight: Tensor, bias: Tensor | None, packed: Tensor
     :data:`HALF_MIN_SIDE` or more on a side (GPT-2's 768 x 2304, 768 x 3072, 3072 x 768 and
     output layer, the Llama shape's 512 x 2816, 1408 x 512 and output layer), but not for
     narrower ones (512 x 512, 768 x 768: 5-30% slower; docs/benchmarks.md, "Modern
-    attention"). So such weights get a float16 copy scaled by ``2^shift`` (:func:`_half_copy`,
-    where float16 holds it exactly), multiplied by the row widened to float32 and scaled by
-    ``2^-shift`` (both exact, but for row values below 2^-100 or so), with the sums and the
+    attention"). So such weights get a float16 copy scaled by ``2^shift`` once they have
+    multiplied :data:`HALF_AFTER_ROWS` single rows (:func:`_half_copy`, where float16 holds
+    it exactly), multiplied by the row widened to float32 and scaled by ``2^-shift`` (both
+    exact, unless a row value lies within a factor ``2^|shift|`` of float32's range), with the sums and the
     bias in float32 as torch's bfloat16 product has them, rounded to bfloat16 once: torch's
     result up to the order of the sums (and its overflow where a sum overflows).
     """
@@ -414,7 +436,7 @@ def linear(
     OpenBLAS (:mod:`~attnkit.generation.blas`; a GPT-2 124M step 33.9 -> 29.7 ms there),
     other ones by MKL. The copy costs the weight's memory once more, made at the first such
     call. A single bfloat16 row on a weight packed in float32 (:func:`_bf16_in_float32`)
-    takes ``F.linear`` too.
+    takes ``F.linear`` or a float16 copy (:func:`_one_bf16_row`).
 
     Args:
         x: (..., in_features) in the weight's dtype.
