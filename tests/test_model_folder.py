@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import pickle
+import re
 import shutil
 import stat
 import subprocess
@@ -684,7 +685,7 @@ def test_outputs_never_go_inside_a_model_folder_or_a_runs_kept_checkpoints(tmp_p
         (run / "best" / "a" / "b", "inside the model folder"),
         (run / "steps" / "mine", "inside .*, the checkpoints a run keeps"),
     ]:
-        with pytest.raises(ValueError, match=f"--out '{out}': {where}"):
+        with pytest.raises(ValueError, match=f"--out '{re.escape(str(out))}': {where}"):
             check_outside_models(out, "--out")
     for fine in (run / "averaged", tmp_path / "other", run / "last"):  # beside, not inside
         check_outside_models(fine, "--out")

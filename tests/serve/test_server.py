@@ -9,14 +9,16 @@ import threading
 from dataclasses import replace
 
 import httpx
+import torch
 
-from attnkit.decoding import Translator, model_decoding
+from attnkit.decoding import Translator, load_translation_model, model_decoding
+from attnkit.hardware import fast_inference_dtype
 from tests.helpers.serve import DEADLINE, ServeProcess, parse_metric, wait_until
 
 TEXTS = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."]
 
 
-def test_sigterm_drains_in_flight_requests_and_refuses_new_ones(translation):
+def test_sigterm_drains_in_flight_requests_and_refuses_new_ones():
     # The request waits in the batcher for companions (a minute): it is in flight, for sure,
     # when SIGTERM comes; the drain must run it at once instead.
     server = ServeProcess("--bert-model", "none", "--max-wait-ms", "60000")
@@ -34,6 +36,9 @@ def test_sigterm_drains_in_flight_requests_and_refuses_new_ones(translation):
         server.proc.send_signal(signal.SIGTERM)
         worker.join(DEADLINE)
         assert answer["r"].status_code == 200, answer["r"].text
+        # The server's model: its dtype is fast_inference_dtype's (bfloat16 on a CPU with native
+        # bfloat16 products), so a float32 reference could part from it at a near-tie.
+        translation = load_translation_model(None, dtype=fast_inference_dtype(torch.device("cpu")))
         config = replace(model_decoding(translation.path), beam_size=2)  # the server's
         expected = Translator(translation.model, translation.tokenizer, config)
         assert answer["r"].json()["translations"] == expected.translate(TEXTS).translations

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from attnkit.models import TransformerConfig
@@ -118,7 +120,9 @@ def test_missing_file(tmp_path):
 
 
 def test_a_directory_is_no_config_file(tmp_path):
-    with pytest.raises(ValueError, match=rf"^config file '{tmp_path}' is a directory, not a TOML"):
+    with pytest.raises(
+        ValueError, match=rf"^config file '{re.escape(str(tmp_path))}' is a directory, not a TOML"
+    ):
         TrainConfig.from_toml(tmp_path)
 
 

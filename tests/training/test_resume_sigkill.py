@@ -22,7 +22,7 @@ from tests.helpers.training import (
     weights,
 )
 
-STEPS = 80
+STEPS = 240  # 3 s after step 10 to kill in (80 steps left 1 s: tight on a busy machine)
 OPTIONS = ["optim.save_every=5", "optim.eval_every=20"]
 
 
