@@ -31,23 +31,23 @@ The rule (:func:`packed_weight`): a float32 or bfloat16 weight on a CPU, torch b
 oneDNN, no gradient wanted; anything else, or a weight oneDNN refuses, takes ``F.linear``.
 Where oneDNN has no bfloat16 kernels (an AVX2 CPU), a bfloat16 weight is packed in float32:
 several rows are multiplied in float32 and rounded to bfloat16, one row takes torch's bfloat16
-``F.linear`` (:func:`_bf16_in_float32`), or, for weights of 1,024 or more on a side, FBGEMM's
-float16-weight product on an exact float16 copy (:func:`_one_bf16_row`: a Llama-shaped step
-1.1x, its products 1.4x faster on the AVX2-only EPYC). One exception per call (:func:`linear`): a single float32
-row takes MKL's matrix-vector product where it is faster than the prepacked one: on an Intel
-CPU through ``F.linear`` (10-20% faster there; :func:`attnkit.hardware.mkl_gemv_is_fast`),
-and where MKL runs generic code (AMD; :func:`attnkit.hardware.mkl_gemv_is_generic`) on a copy
-of the weight transposed to (in, out) (narrow output layers: kept (out, in), read through its
-transpose, :func:`attnkit.generation.blas.dot_form`), made at the first such call (1.3x faster than prepacked
-on the AVX2-only EPYC, where ``F.linear`` is as slow as prepacked), multiplied there by numpy's
-OpenBLAS on one thread for layers of 131,072 weights and more with fewer than 30,000 outputs
-(1.2-1.7x faster than MKL on GPT-2's and the Llama shape's layers there:
+``F.linear`` (:func:`_bf16_in_float32`), or, for weights of 1,024 or more on a side that have
+multiplied 256 single rows, FBGEMM's float16-weight product on an exact float16 copy
+(:func:`_one_bf16_row`: a Llama-shaped step 1.1x, its products 1.4x faster on the AVX2-only
+EPYC). One exception per call (:func:`linear`): a single float32 row takes MKL's matrix-vector
+product where it is faster than the prepacked one: on an Intel CPU through ``F.linear`` (10-20%
+faster there; :func:`attnkit.hardware.mkl_gemv_is_fast`), and where MKL runs generic code (AMD;
+:func:`attnkit.hardware.mkl_gemv_is_generic`) on a copy of the weight transposed to (in, out)
+(narrow output layers: kept (out, in), read through its transpose,
+:func:`attnkit.generation.blas.dot_form`), made at the first such call (1.3x faster than
+prepacked on the AVX2-only EPYC, where ``F.linear`` is as slow as prepacked), multiplied there
+by numpy's OpenBLAS on one thread for layers of 131,072 weights and more with fewer than 30,000
+outputs (1.2-1.7x faster than MKL on GPT-2's and the Llama shape's layers there:
 :mod:`~attnkit.generation.blas`, which :func:`packed_linears` holds at one thread) and by MKL
 for the others (output layers, test-sized layers); the copies are allocated on 2 MiB pages
 (:mod:`~attnkit.generation.hugepages`: 5-8% off the products of a step there). From 2 rows on
-the packed product is faster everywhere. They compute the same product; only the
-order of the float additions differs (a few 1e-6 relative in float32, as between any two BLAS
-kernels).
+the packed product is faster everywhere. They compute the same product; only the order of the
+float additions differs (a few 1e-6 relative in float32, as between any two BLAS kernels).
 
 :func:`packed_linears` routes every ``nn.Linear`` of a model through its packed weight for the
 duration of a ``with`` block, without changing the modules' code (each instance's ``forward``
@@ -354,10 +354,11 @@ def _half_copy(packed: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[obj
     hold it: :func:`_make_half`); remade when the bias changes, freed with ``packed`` (which is
     remade when the weight changes).
 
-    Making it costs about what 250 rows gain (FBGEMM packs 16 ns a weight; a row saves about
-    0.06 ns a weight on the AVX2-only EPYC: GPT-2 124M 1.7 s against 4.7 ms a token, the
-    Llama shape 0.31 s against 1.4 ms), so a short call in a fresh process pays nothing, and
-    work that goes on pays at most about twice the best choice made in hindsight."""
+    Making it costs about what 220-360 rows gain (FBGEMM packs at 9-15 ns a weight; a row
+    saves about 0.04 ns a weight on the AVX2-only EPYC: GPT-2 124M 1.7 s against 4.7 ms a
+    token, the Llama shape 0.31 s against 1.4 ms), so a short call in a fresh process pays
+    nothing, and work that goes on pays at most about twice the best choice made in
+    hindsight."""
     key = id(packed)
     entry = _HALF.get(key)
     if entry is None:
