@@ -10,7 +10,7 @@ import transformers
 from torch import nn
 
 from attnkit.generation import GenerationConfig, generate, packed, screen
-from attnkit.models import GPT
+from attnkit.models import GPT, GPTConfig
 from tests.helpers.generation import write_hf_gpt2_folder
 
 pytestmark = pytest.mark.skipif(not screen.available(), reason="no FBGEMM float16 product")
@@ -261,6 +261,47 @@ def test_a_screen_is_made_for_calls_long_enough_to_win_its_time_back():
     n = screen.MIN_NEW_TOKENS
     assert screen.worth_making(1, n) and not screen.worth_making(1, n - 1)
     assert screen.worth_making(8, n // 2) and not screen.worth_making(8, n // 2 - 1)
+
+
+def test_steps_are_counted_toward_a_screen_while_the_weight_is_unchanged():
+    """One a step at one row, two at more; the count that reaches MIN_NEW_TOKENS says make it;
+    a new weight version or release starts again; heads it cannot apply to never count."""
+    n = screen.MIN_NEW_TOKENS
+    head = _head()
+    assert not any(screen.served(head, 1) for _ in range(n - 1))
+    assert screen.served(head, 1)  # the n-th step at one row
+    with torch.no_grad():
+        head.weight.mul_(2.0)  # a new version: counted again from 0
+    assert not any(screen.served(head, 8) for _ in range(n // 2 - 1))
+    assert screen.served(head, 8)  # n // 2 steps at 8 rows
+    packed.release(head)
+    assert not screen.served(head, 8)
+    assert not any(screen.served(nn.Identity(), 1) for _ in range(n + 1))
+
+
+def test_short_calls_make_the_screen_once_their_steps_add_up(monkeypatch):
+    """Calls too short to be worth a screen each (20 new tokens, one row) count their steps;
+    the step that brings the count to MIN_NEW_TOKENS (30 here) makes it and takes its token
+    from it, and the tokens are float32's argmax all along."""
+    monkeypatch.setattr(screen, "MIN_NEW_TOKENS", 30)
+    config = GPTConfig(
+        vocab_size=VOCAB, context_length=64, d_model=32, num_heads=4, num_layers=1, d_ff=64,
+        bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    torch.manual_seed(9)
+    gpt = GPT(config).eval()
+    decided = _count_screened(monkeypatch)
+    call = GenerationConfig(max_new_tokens=20, eos_ids=())
+    first = generate(gpt, [[5, 6, 7]], call).tokens
+    assert decided == [] and not screen.ready(gpt.lm_head)  # 20 steps counted
+    second = generate(gpt, [[5, 6, 7]], call).tokens
+    assert screen.ready(gpt.lm_head)
+    assert decided == [True] * 11  # steps 10-20 of the second call: counts 30 and on
+    assert second == first
+    sampled = GenerationConfig(max_new_tokens=5, temperature=0.8, seed=0)
+    before = list(decided)
+    generate(gpt, [[5, 6, 7]], sampled)  # sampling needs the logits: neither counts nor screens
+    assert decided == before
 
 
 def _rival_head(pruned_rows: int = 0) -> tuple[nn.Linear, torch.Tensor, int]:

@@ -308,12 +308,19 @@ def _eval_steps(
         model.train(was_training)
 
 
+def _screenable(config: GenerationConfig) -> bool:
+    """Greedy without a repetition penalty or log-probabilities (which need the logits): the
+    steps a float16 screen of the output layer can pick tokens for."""
+    return config.greedy and config.repetition_penalty == 1.0 and not config.logprobs
+
+
 def _screens(model, config: GenerationConfig, rows: int, new_tokens: int) -> bool:
     """Whether greedy steps pick their tokens through the output layer's float16 screen
-    (:mod:`~attnkit.generation.screen`): greedy without a repetition penalty or log-probabilities
-    (which need the logits), on a head the screen applies to, made already or worth making for
-    a call of ``rows`` x ``new_tokens`` (:func:`~attnkit.generation.screen.worth_making`)."""
-    if not config.greedy or config.repetition_penalty != 1.0 or config.logprobs:
+    (:mod:`~attnkit.generation.screen`) from the first step: :func:`_screenable` steps, on a
+    head the screen applies to, made already or worth making for a call of ``rows`` x
+    ``new_tokens`` (:func:`~attnkit.generation.screen.worth_making`; shorter calls count their
+    steps toward one, :func:`~attnkit.generation.screen.served`)."""
+    if not _screenable(config):
         return False
     head = model.lm_head
     if screen.ready(head):
@@ -336,11 +343,16 @@ def _steps(
         ids = torch.cat([ids, ids.new_zeros(b, n_new)], dim=1)
         mask = torch.cat([mask, mask.new_ones(b, n_new)], dim=1)
     rows = list(range(b))
+    screenable = _screenable(config)
     screened = _screens(model, config, b, n_new)
     hidden = _prefill_hidden(model, ids[:, :t], mask[:, :t], cache)  # (B, D)
     for i in range(n_new):
         token = screen.greedy_tokens(model.lm_head, hidden) if screened else None  # (n,)
         logprobs = None
+        if token is None and screenable and not screened:  # a step toward making the screen
+            if screen.served(model.lm_head, len(rows)):
+                screened = screen.screen(model.lm_head) is not None
+                token = screen.greedy_tokens(model.lm_head, hidden) if screened else None
         if token is None:  # the float32 (or model dtype) logits, filtered
             logits = model.lm_head(hidden).float()  # (n, V)
             scores = process_logits(

@@ -42,7 +42,11 @@ which GPT-2 124M wins back after about 290 new tokens at one row (3.7 ms a step)
 rows (9 ms a step); both costs grow with the layer. So :func:`attnkit.generation.generate`
 makes it for calls of at least :data:`MIN_NEW_TOKENS` new tokens at one row and half as many
 at more rows (:func:`worth_making`), and uses it whenever it is made already: it is kept for
-later calls, which then gain from the first token.
+later calls, which then gain from the first token. Shorter calls count the greedy steps their
+logits served (:func:`served`: one a step at one row, two at more rows, while the weight is
+unchanged), and the step that brings the count to :data:`MIN_NEW_TOKENS` makes the screen: a
+server answering many short greedy requests pays for it once it has spent as long without it,
+and a single short call never pays.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ __all__ = [
     "ready",
     "release",
     "screen",
+    "served",
     "worth_making",
 ]
 
@@ -78,6 +83,8 @@ _SAFE = 2.0**126  # logits (and every partial sum) below this magnitude cannot o
 
 # nn.Linear -> (key of the weight and bias it was made from, Screen or None)
 _SCREENS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# nn.Linear -> (key of its weight and bias, greedy steps its logits served toward a screen)
+_SERVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _pack(weight: Tensor) -> object:
@@ -213,6 +220,20 @@ def worth_making(rows: int, new_tokens: int) -> bool:
     return new_tokens >= (MIN_NEW_TOKENS if rows == 1 else MIN_NEW_TOKENS // 2)
 
 
+def served(head: nn.Module, rows: int) -> bool:
+    """Count one greedy step of ``rows`` rows whose token came from ``head``'s logits although
+    a screen could have given it; True once the steps counted while the weight and bias are as
+    they are now add up to a call :func:`worth_making` a screen for (:data:`MIN_NEW_TOKENS`
+    at one row, one step at more rows counting two)."""
+    if type(head) is not nn.Linear:
+        return False  # no screen for it (screen())
+    key = _key(head)
+    entry = _SERVED.get(head)
+    count = (entry[1] if entry is not None and entry[0] == key else 0) + (1 if rows == 1 else 2)
+    _SERVED[head] = (key, count)
+    return count >= MIN_NEW_TOKENS
+
+
 def ready(head: nn.Module) -> bool:
     """Whether ``head``'s screen is made and current (then using it costs nothing more)."""
     entry = _SCREENS.get(head)
@@ -246,5 +267,7 @@ def greedy_tokens(head: nn.Module, hidden: Tensor) -> Tensor | None:
 
 
 def release(module: nn.Module) -> None:
-    """Forget the screen made for ``module`` (frees its float16 copy)."""
+    """Forget the screen made for ``module`` (frees its float16 copy) and the steps counted
+    toward one."""
     _SCREENS.pop(module, None)
+    _SERVED.pop(module, None)
