@@ -221,7 +221,7 @@ def test_narrow_weights_and_weights_float16_cannot_hold_take_f_linear(monkeypatc
             got = packed._product(row, module.weight, module.bias, weight)
         assert torch.equal(got, nn.functional.linear(row, module.weight, module.bias))
     assert not calls
-    assert packed._HALF[id(packed_weight(wide_range))][2] is None  # asked once, refused
+    assert packed._HALF[id(packed_weight(wide_range))][1:] == [True, None, None]  # refused
 
 
 @needs_float16
@@ -263,6 +263,9 @@ def test_the_float16_copy_is_made_after_enough_rows_and_goes_with_its_packed_wei
     monkeypatch.setattr(packed, "HALF_AFTER_ROWS", 3)
     module = _bf16_linear(1024, 8, bias=False)
     weight = packed_weight(module)
+    made = []
+    pack = packed.pack_float16
+    monkeypatch.setattr(packed, "pack_float16", lambda *a: made.append(1) or pack(*a))
     calls = _count_float16(monkeypatch)
     plain = _count_f_linear(monkeypatch)
     row = torch.ones(1, 8).to(torch.bfloat16)
@@ -271,14 +274,66 @@ def test_the_float16_copy_is_made_after_enough_rows_and_goes_with_its_packed_wei
             packed._product(row, module.weight, None, weight)
         packed._product(row.expand(2, 8), module.weight, None, weight)  # not a single row
     assert len(plain) == 2 and len(calls) == 2  # rows 1-2 torch's, rows 3-4 the copy
+    assert len(made) == 1  # made once, at row 3
     key = id(weight)
-    assert packed._HALF[key][0] == 4 and packed._HALF[key][2] is not None
+    assert packed._HALF[key][0] == 4 and packed._HALF[key][3] is not None
     del weight
     release(module)
     import gc
 
     gc.collect()
     assert key not in packed._HALF
+
+
+@needs_float16
+@pytest.mark.parametrize("why", ["tiny", "memory"])
+def test_no_float16_copy_for_tiny_weights_or_without_the_memory(monkeypatch, why):
+    """Weights below 2^-112 would need a scale float32 cannot hold (2^127 and more), and a copy
+    that does not fit in half of the memory still available is not made: torch's product."""
+    monkeypatch.setattr(packed, "_bf16_in_float32", lambda dtype: dtype == torch.bfloat16)
+    monkeypatch.setattr(packed, "HALF_AFTER_ROWS", 1)
+    module = _bf16_linear(1024, 8, bias=False, scale=2.0**-120 if why == "tiny" else 1.0)
+    if why == "memory":
+        import attnkit.decoding.memory_bound as memory_bound
+
+        monkeypatch.setattr(memory_bound, "available_memory", lambda device: 1024 * 8 * 11)
+    weight = packed_weight(module)
+    calls = _count_float16(monkeypatch)
+    row = torch.randn(1, 8).to(torch.bfloat16)
+    with torch.inference_mode():
+        got = packed._product(row, module.weight, None, weight)
+    assert not calls and packed._HALF[id(weight)][3] is None
+    assert torch.equal(got, nn.functional.linear(row, module.weight))
+
+
+@needs_float16
+def test_threads_share_one_float16_copy(monkeypatch):
+    """Threads that reach HALF_AFTER_ROWS together make one copy between them."""
+    import threading
+
+    monkeypatch.setattr(packed, "_bf16_in_float32", lambda dtype: dtype == torch.bfloat16)
+    monkeypatch.setattr(packed, "HALF_AFTER_ROWS", 1)
+    module = _bf16_linear(4096, 256, bias=True)
+    weight = packed_weight(module)
+    made = []
+    pack = packed.pack_float16
+    monkeypatch.setattr(packed, "pack_float16", lambda *a: made.append(1) or pack(*a))
+    row = torch.randn(1, 256).to(torch.bfloat16)
+    start = threading.Barrier(4)
+    results = [None] * 4
+
+    def work(slot: int) -> None:
+        start.wait()
+        with torch.inference_mode():
+            results[slot] = packed._product(row, module.weight, module.bias, weight)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(made) == 1
+    assert all(torch.equal(r, results[0]) for r in results)
 
 
 def test_other_dtypes_and_gradients_take_f_linear():

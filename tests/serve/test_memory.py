@@ -12,7 +12,7 @@ CHUNK = 64 << 10  # below glibc's mmap threshold: these come from the heap
 CHUNKS = 3000  # ~190 MiB
 
 # Run in a process of its own, on glibc's malloc as it starts without settings: an allocator
-# in LD_PRELOAD, or GLIBC_TUNABLES (say glibc.malloc.mmap_threshold=32768, which maps each
+# in LD_PRELOAD, or GLIBC_TUNABLES or MALLOC_* variables (say glibc.malloc.mmap_threshold=32768, which maps each
 # block by itself and unmaps it at free), would change what there is to trim, not trim().
 _EXPERIMENT = f"""
 import ctypes, json
@@ -40,7 +40,11 @@ print(json.dumps(dict(trimmed=trimmed, before=before, after=after)))
 
 
 def test_trim_returns_freed_heap_pages():
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "GLIBC_TUNABLES")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("LD_PRELOAD", "GLIBC_TUNABLES") and not k.startswith("MALLOC_")
+    }  # glibc's own settings, old style (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, ...)
     done = subprocess.run(
         [sys.executable, "-c", _EXPERIMENT], env=env, capture_output=True, text=True,
         timeout=120, check=False,

@@ -342,17 +342,20 @@ def _row_major(packed: Tensor, weight: Tensor) -> tuple[Tensor, np.ndarray]:
 
 HALF_MIN_SIDE = 1024  # a bfloat16 row takes the float16 copy of weights this long on a side
 HALF_AFTER_ROWS = 256  # ... once the weight has multiplied this many single rows
-# id(packed weight) -> [single bfloat16 rows it multiplied, key of the bias the copy holds,
-# (FBGEMM's float16 packing of the weight times 2^shift with the bias, (1,) float32 2^-shift)
-# or None]; freed with the packed weight
+_HALF_BLOCK = 4096  # weight rows checked at a time when a copy is made
+# id(packed weight) -> [single bfloat16 rows it multiplied, whether a copy was asked for, key
+# of the bias it holds, (FBGEMM's float16 packing of the weight times 2^shift with the bias,
+# (1,) float32 2^-shift) or None]; freed with the packed weight
 _HALF: dict[int, list] = {}
+_HALF_LOCK = threading.Lock()  # one thread makes a copy; the others wait for it
 
 
 def _half_copy(packed: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[object, Tensor] | None:
     """The float16 copy of a bfloat16 ``weight`` for one more single row, made once the weight
     has multiplied :data:`HALF_AFTER_ROWS` single rows (None before, and where float16 cannot
-    hold it: :func:`_make_half`); remade when the bias changes, freed with ``packed`` (which is
-    remade when the weight changes).
+    hold it or memory is short: :func:`_make_half`); remade when the bias's key changes (a bias
+    changed in place without a new version, through ``.data``, is not seen, as for the packed
+    weight), freed with ``packed`` (which is remade when the weight changes).
 
     Making it costs about what 220-360 rows gain (FBGEMM packs at 9-15 ns a weight; a row
     saves about 0.04 ns a weight on the AVX2-only EPYC: GPT-2 124M 1.7 s against 4.7 ms a
@@ -362,15 +365,18 @@ def _half_copy(packed: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[obj
     key = id(packed)
     entry = _HALF.get(key)
     if entry is None:
-        entry = _HALF[key] = [0, None, None]
+        entry = _HALF[key] = [0, False, None, None]
         weakref.finalize(packed, _HALF.pop, key, None)
     entry[0] += 1
     if entry[0] < HALF_AFTER_ROWS:
         return None
     bias_key = None if bias is None else _key(bias)
-    if entry[0] == HALF_AFTER_ROWS or entry[1] != bias_key:
-        entry[1], entry[2] = bias_key, _make_half(weight, bias)
-    return entry[2]
+    if not entry[1] or entry[2] != bias_key:
+        with _HALF_LOCK:
+            if not entry[1] or entry[2] != bias_key:  # not made by another thread meanwhile
+                entry[3] = _make_half(weight, bias)
+                entry[1], entry[2] = True, bias_key
+    return entry[3]
 
 
 def _make_half(weight: Tensor, bias: Tensor | None) -> tuple[object, Tensor] | None:
@@ -378,16 +384,24 @@ def _make_half(weight: Tensor, bias: Tensor | None) -> tuple[object, Tensor] | N
     lies in [2^14, 2^15), packed in float16 with ``bias`` (float32) for FBGEMM
     (:func:`pack_float16`), and ``2^-shift`` as a (1,) float32 tensor for the row, if float16
     holds every scaled weight exactly (bfloat16's 8 significant bits fit from 2^-17 up: values
-    2^31 below the largest one); else None."""
+    2^31 below the largest one) and the copy, with the float32 one made on the way, fits in
+    half of the memory still available; else None."""
+    from attnkit.decoding.memory_bound import available_memory  # (decoding imports this module)
+
+    free = available_memory(torch.device("cpu"))
+    if free is not None and 2 * weight.numel() * (4 + 2) > free:
+        return None
     with torch.no_grad():
-        wide = weight.detach().float()  # exact
-        largest = float(wide.abs().max())
+        largest = float(weight.detach().abs().max())
         if not 0 < largest < float("inf"):
             return None
         shift = 14 - int(np.floor(np.log2(largest)))
-        scaled = wide * 2.0**shift  # exact: a power of two
-        if not torch.equal(scaled.half().float(), scaled):
+        if not -126 <= shift <= 126:  # 2^shift and 2^-shift are normal float32 numbers
             return None
+        scaled = weight.detach().float().mul_(2.0**shift)  # exact: a power of two
+        for rows in scaled.split(_HALF_BLOCK):  # float16 holds every value (a block at a time)
+            if not torch.equal(rows.half().float(), rows):
+                return None
         wide_bias = None if bias is None else bias.detach().float()  # exact
         return pack_float16(scaled, wide_bias), torch.tensor([2.0**-shift])
 
