@@ -12,8 +12,9 @@ CHUNK = 64 << 10  # below glibc's mmap threshold: these come from the heap
 CHUNKS = 3000  # ~190 MiB
 
 # Run in a process of its own, on glibc's malloc as it starts without settings: an allocator
-# in LD_PRELOAD, or GLIBC_TUNABLES or MALLOC_* variables (say glibc.malloc.mmap_threshold=32768, which maps each
-# block by itself and unmaps it at free), would change what there is to trim, not trim().
+# in LD_PRELOAD, or GLIBC_TUNABLES or MALLOC_* variables (say glibc.malloc.mmap_threshold=32768,
+# which maps each block by itself and unmaps it at free), would change what there is to trim,
+# not trim().
 _EXPERIMENT = f"""
 import ctypes, json
 from attnkit.serve import memory
