@@ -7,6 +7,7 @@ validation metric is the trainer's."""
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -291,7 +292,8 @@ def test_main_ships_by_task_to_the_package_folder(ship_model, lm_run, tmp_path, 
     printed = capsys.readouterr().out
     assert f"-> {outs['lm']}" in printed and "nats/char" in printed
     record = json.loads((outs["lm"] / "provenance.json").read_text())
-    assert record["commands"]["ship"] == f"python scripts/ship_model.py --run {lm_run}"
+    ship = f"python scripts/ship_model.py --run {shlex.quote(str(lm_run))}"  # a shell line
+    assert record["commands"]["ship"] == ship
     monkeypatch.setattr(sys, "argv", ["ship_model.py", str(lm_run), "--run", str(lm_run)])
     with pytest.raises(SystemExit):
         ship_model.main()
