@@ -160,6 +160,21 @@ def _bf16_linear(out_features: int, in_features: int, bias: bool, scale: float =
     return module.to(torch.bfloat16)
 
 
+def _force_half(monkeypatch, after_rows: int = 1) -> None:
+    """bfloat16 packed in float32 (as where oneDNN has no bfloat16 kernels), on any CPU, and a
+    float16 copy made after ``after_rows`` single rows."""
+    monkeypatch.setattr(packed, "_bf16_in_float32", lambda dtype: dtype == torch.bfloat16)
+    monkeypatch.setattr(packed, "HALF_AFTER_ROWS", after_rows)
+
+
+def _count_packings(monkeypatch) -> list:
+    """Records each float16 copy packed."""
+    made = []
+    pack = packed.pack_float16
+    monkeypatch.setattr(packed, "pack_float16", lambda *a: made.append(1) or pack(*a))
+    return made
+
+
 @needs_float16
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("relu", [False, True])
@@ -174,8 +189,7 @@ def test_one_bfloat16_row_takes_the_float16_copy_of_a_long_weight(
     on a side is multiplied through its float16 copy, scaled by a power of two so that float16
     holds it exactly (weights of 1e6 and 1e-7 too): float32 sums of exact products, one
     rounding to bfloat16, as torch's bfloat16 product has them."""
-    monkeypatch.setattr(packed, "_bf16_in_float32", lambda dtype: dtype == torch.bfloat16)
-    monkeypatch.setattr(packed, "HALF_AFTER_ROWS", 1)  # from the first row
+    _force_half(monkeypatch)
     module = _bf16_linear(*shape, bias=bias, scale=scale)
     weight = packed_weight(module)
     calls = _count_float16(monkeypatch)
@@ -207,8 +221,7 @@ def test_narrow_weights_and_weights_float16_cannot_hold_take_f_linear(monkeypatc
     """A 768 x 768 weight (FBGEMM's float16 product is slower there) and a long weight whose
     values span more than float16's range after scaling keep torch's bfloat16 product, the
     same values as F.linear."""
-    monkeypatch.setattr(packed, "_bf16_in_float32", lambda dtype: dtype == torch.bfloat16)
-    monkeypatch.setattr(packed, "HALF_AFTER_ROWS", 1)
+    _force_half(monkeypatch)
     narrow = _bf16_linear(768, 768, bias=True)
     wide_range = _bf16_linear(1030, 40, bias=False)
     with torch.no_grad():
@@ -228,8 +241,7 @@ def test_narrow_weights_and_weights_float16_cannot_hold_take_f_linear(monkeypatc
 def test_the_float16_copy_follows_its_bias_and_overflows_as_torch_does(monkeypatch):
     """A new bias (the weight unchanged) makes a new copy; a row whose float32 sums overflow
     gives inf as torch's bfloat16 product does, not inf from the scaled weights."""
-    monkeypatch.setattr(packed, "_bf16_in_float32", lambda dtype: dtype == torch.bfloat16)
-    monkeypatch.setattr(packed, "HALF_AFTER_ROWS", 1)
+    _force_half(monkeypatch)
     module = _bf16_linear(1024, 16, bias=True)
     weight = packed_weight(module)
     row = torch.randn(1, 16).to(torch.bfloat16)
@@ -259,13 +271,10 @@ def test_the_float16_copy_is_made_after_enough_rows_and_goes_with_its_packed_wei
     """A weight multiplies its first HALF_AFTER_ROWS - 1 single rows with torch's product (a
     short call pays nothing for the copy), then through the copy; the copy is freed with the
     packed weight."""
-    monkeypatch.setattr(packed, "_bf16_in_float32", lambda dtype: dtype == torch.bfloat16)
-    monkeypatch.setattr(packed, "HALF_AFTER_ROWS", 3)
+    _force_half(monkeypatch, 3)
     module = _bf16_linear(1024, 8, bias=False)
     weight = packed_weight(module)
-    made = []
-    pack = packed.pack_float16
-    monkeypatch.setattr(packed, "pack_float16", lambda *a: made.append(1) or pack(*a))
+    made = _count_packings(monkeypatch)
     calls = _count_float16(monkeypatch)
     plain = _count_f_linear(monkeypatch)
     row = torch.ones(1, 8).to(torch.bfloat16)
@@ -290,8 +299,7 @@ def test_the_float16_copy_is_made_after_enough_rows_and_goes_with_its_packed_wei
 def test_no_float16_copy_for_tiny_weights_or_without_the_memory(monkeypatch, why):
     """Weights below 2^-112 would need a scale float32 cannot hold (2^127 and more), and a copy
     that does not fit in half of the memory still available is not made: torch's product."""
-    monkeypatch.setattr(packed, "_bf16_in_float32", lambda dtype: dtype == torch.bfloat16)
-    monkeypatch.setattr(packed, "HALF_AFTER_ROWS", 1)
+    _force_half(monkeypatch)
     module = _bf16_linear(1024, 8, bias=False, scale=2.0**-120 if why == "tiny" else 1.0)
     if why == "memory":
         import attnkit.decoding.memory_bound as memory_bound
@@ -311,13 +319,10 @@ def test_threads_share_one_float16_copy(monkeypatch):
     """Threads that reach HALF_AFTER_ROWS together make one copy between them."""
     import threading
 
-    monkeypatch.setattr(packed, "_bf16_in_float32", lambda dtype: dtype == torch.bfloat16)
-    monkeypatch.setattr(packed, "HALF_AFTER_ROWS", 1)
+    _force_half(monkeypatch)
     module = _bf16_linear(4096, 256, bias=True)
     weight = packed_weight(module)
-    made = []
-    pack = packed.pack_float16
-    monkeypatch.setattr(packed, "pack_float16", lambda *a: made.append(1) or pack(*a))
+    made = _count_packings(monkeypatch)
     row = torch.randn(1, 256).to(torch.bfloat16)
     start = threading.Barrier(4)
     results = [None] * 4
