@@ -33,7 +33,7 @@ Where oneDNN has no bfloat16 kernels (an AVX2 CPU), a bfloat16 weight is packed 
 several rows are multiplied in float32 and rounded to bfloat16, one row takes torch's bfloat16
 ``F.linear`` (:func:`_bf16_in_float32`), or, for weights of 1,024 or more on a side that have
 multiplied 256 single rows, FBGEMM's float16-weight product on an exact float16 copy
-(:func:`_one_bf16_row`: a Llama-shaped step 1.1x, its products 1.4x faster on the AVX2-only
+(:func:`_one_bf16_row`: a Llama-shaped step 1.1x, its products 1.8x faster on the AVX2-only
 EPYC). One exception per call (:func:`linear`): a single float32 row takes MKL's matrix-vector
 product where it is faster than the prepacked one: on an Intel CPU through ``F.linear`` (10-20%
 faster there; :func:`attnkit.hardware.mkl_gemv_is_fast`), and where MKL runs generic code (AMD;
