@@ -304,6 +304,36 @@ def test_short_calls_make_the_screen_once_their_steps_add_up(monkeypatch):
     assert decided == before
 
 
+def test_threads_asking_together_share_one_screen(monkeypatch):
+    """Two generations reaching the count at once (a server's two workers) make one screen."""
+    import threading
+    import time
+
+    made = []
+    real = screen.Screen.__init__
+
+    def slow(self, *args):
+        made.append(1)
+        time.sleep(0.2)  # making one takes about a second for GPT-2's output layer
+        real(self, *args)
+
+    monkeypatch.setattr(screen.Screen, "__init__", slow)
+    head = _head()
+    start = threading.Barrier(2)
+    found = [None, None]
+
+    def ask(slot: int) -> None:
+        start.wait()
+        found[slot] = screen.screen(head)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(made) == 1 and found[0] is found[1] is not None
+
+
 def _rival_head(pruned_rows: int = 0) -> tuple[nn.Linear, torch.Tensor, int]:
     """A head and an input where the float16 copy ranks a rival id below the best one by half
     the rival's bound while its float32 logit is above: only the bound, used in full, finds it.

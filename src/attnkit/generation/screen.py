@@ -51,6 +51,7 @@ and a single short call never pays.
 
 from __future__ import annotations
 
+import threading
 import weakref
 
 import numpy as np
@@ -83,6 +84,7 @@ _SAFE = 2.0**126  # logits (and every partial sum) below this magnitude cannot o
 
 # nn.Linear -> (key of the weight and bias it was made from, Screen or None)
 _SCREENS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_MAKING = threading.Lock()
 # nn.Linear -> (key of its weight and bias, greedy steps its logits served toward a screen)
 _SERVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -207,10 +209,13 @@ def screen(head: nn.Module) -> Screen | None:
     key = _key(head)
     entry = _SCREENS.get(head)
     if entry is None or entry[0] != key:
-        with torch.no_grad():  # (parameters made in inference mode refuse autograd's ops)
-            made = Screen(weight, bias) if _fits_float16(weight, bias) else None
-        entry = (key, made)
-        _SCREENS[head] = entry
+        with _MAKING:  # one thread makes it (about a second); the others wait and take it
+            entry = _SCREENS.get(head)
+            if entry is None or entry[0] != key:
+                with torch.no_grad():  # (parameters made in inference mode refuse autograd's ops)
+                    made = Screen(weight, bias) if _fits_float16(weight, bias) else None
+                entry = (key, made)
+                _SCREENS[head] = entry
     return entry[1]
 
 
