@@ -259,8 +259,8 @@ def float16_available() -> bool:
     try:
         probe = pack_float16(torch.ones(2, 4))
         out = torch.ops.quantized.linear_dynamic_fp16(torch.ones(1, 4), probe)
-    except (RuntimeError, AttributeError, NotImplementedError):  # an op missing from this torch
-        return False  # build, or refused on this CPU
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return False  # the op is missing from this torch build, or refused on this CPU
     return tuple(out.shape) == (1, 2) and bool((out == 4).all())
 
 
@@ -418,9 +418,9 @@ def _one_bf16_row(x: Tensor, weight: Tensor, bias: Tensor | None, packed: Tensor
     attention"). So such weights get a float16 copy scaled by ``2^shift`` once they have
     multiplied :data:`HALF_AFTER_ROWS` single rows (:func:`_half_copy`, where float16 holds
     it exactly), multiplied by the row widened to float32 and scaled by ``2^-shift`` (both
-    exact, unless a row value lies within a factor ``2^|shift|`` of float32's range), with the sums and the
-    bias in float32 as torch's bfloat16 product has them, rounded to bfloat16 once: torch's
-    result up to the order of the sums (and its overflow where a sum overflows).
+    exact, unless a row value lies within a factor ``2^|shift|`` of float32's range), with the
+    sums and the bias in float32 as torch's bfloat16 product has them, rounded to bfloat16
+    once: torch's result up to the order of the sums (and its overflow where a sum overflows).
     """
     copy = None
     if max(weight.shape) >= HALF_MIN_SIDE and float16_available():

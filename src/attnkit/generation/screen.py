@@ -89,11 +89,6 @@ _MAKING = threading.Lock()
 _SERVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _pack(weight: Tensor) -> object:
-    """float32 ``weight`` (out, in) rounded to float16 and packed for FBGEMM's product."""
-    return packing.pack_float16(weight)
-
-
 def available() -> bool:
     """True where torch has FBGEMM's float16-weight product and it runs (x86 CPUs with AVX2)."""
     return packing.float16_available()
@@ -136,7 +131,7 @@ class Screen:
             self.largest = float(sizes.max()) + 2.0**-149  # max_j |w_j|_2
             self.spread_array = self.spread.numpy()
             self.spread_max = float(self.spread.max())
-            self.packed = _pack(w)
+            self.packed = packing.pack_float16(w)
             self.bias_error = None  # (V,) numpy float32, or None
             self.bias_error_max = self.bias_max = 0.0
             if bias is not None:
