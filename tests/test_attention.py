@@ -748,6 +748,50 @@ def test_half_precision_decoding_step(monkeypatch, dtype, kv_heads, amx):
     torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kv_heads", [2, 1])
+def test_one_row_of_grouped_queries_stays_in_half_precision(monkeypatch, dtype, kv_heads):
+    """A decoding step of one batch row with grouped key/value heads, without AMX: the G
+    queries of a key/value head run as one row of G in torch's half-precision kernel, not
+    widened to float32 (which is slower at that shape), so the result is torch's own kernel on
+    those folded queries; two batch rows are still widened (the float32 result rounded)."""
+    monkeypatch.setattr(attention, "cpu_attention_has_amx", lambda dtype: False)
+    g = torch.Generator().manual_seed(12)
+    t_k = SHORT_KEYS_MAX + 20
+    for batch in (1, 2):
+        q = torch.randn(batch, 4, 1, 16, generator=g).to(dtype)
+        k, v = (torch.randn(batch, kv_heads, t_k, 16, generator=g).to(dtype) for _ in "kv")
+        with torch.no_grad():
+            got = scaled_dot_product_attention(q, k, v, causal=True)
+            wide = scaled_dot_product_attention(q.float(), k.float(), v.float(), causal=True)
+        assert got.dtype == dtype and got.shape == (batch, 4, 1, 16)
+        if batch == 2:
+            torch.testing.assert_close(got, wide.to(dtype), rtol=0, atol=0)
+            continue
+        folded = F.scaled_dot_product_attention(q.reshape(1, kv_heads, 4 // kv_heads, 16), k, v)
+        torch.testing.assert_close(got, folded.reshape(1, 4, 1, 16), rtol=0, atol=0)
+        tol = 1e-2 if dtype == torch.bfloat16 else 2e-3
+        torch.testing.assert_close(got.float(), wide, rtol=tol, atol=tol)
+
+
+def test_a_row_whose_sum_is_too_small_to_invert_is_trusted(monkeypatch):
+    """The fused path's result check multiplies each row sum by its reciprocal: a sum so small
+    (float32's subnormals) that the reciprocal overflows fails that first test, and the second
+    one (no NaN or inf in a row, no row of zeros) trusts the result, with torch's values."""
+    readable = _count_calls(monkeypatch, attention, "_attention_readable")
+    g = torch.Generator().manual_seed(13)
+    q, k = (torch.randn(1, 2, 3, 8, generator=g) for _ in "qk")
+    v = torch.randn(1, 2, 3, 8, generator=g)
+    v[0, 1] = 1e-41  # every output row of head 1 sums to about 8e-41: 1 / sum is inf
+    with torch.no_grad():
+        out = scaled_dot_product_attention(q, k, v)
+        rows = out.sum(-1).reshape(-1)
+    assert not torch.isfinite(torch.dot(rows, rows.reciprocal()))  # the first test fails
+    assert readable == []
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v), rtol=0, atol=0)
+    assert bool((out[0, 1] > 0).all())
+
+
 def test_a_row_whose_sum_cancels_is_trusted_but_a_row_of_zeros_is_checked(monkeypatch):
     """The fused path's result check (a row of zeros may be torch's kernel hiding NaN scores)
     must not send a result to the readable path only because a row's values cancel to a sum

@@ -257,11 +257,13 @@ def _check_inputs(
             f"{tuple(value.shape)}"
         )
     groups = kv_groups(query, key, value)
-    if groups > 1:
-        lead = _broadcast(query.shape[:-3], key.shape[:-3], value.shape[:-3])
-        batch = None if lead is None else (*lead, query.shape[-3])
-    else:
-        batch = _broadcast(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    end = -3 if groups > 1 else -2  # the dims that broadcast end before the heads if grouped
+    lead_q, lead_k, lead_v = query.shape[:end], key.shape[:end], value.shape[:end]
+    # The same leading dims (every call from attnkit's modules) broadcast to themselves.
+    lead = lead_q if lead_q == lead_k == lead_v else _broadcast(lead_q, lead_k, lead_v)
+    batch = None
+    if lead is not None:
+        batch = (*lead, query.shape[-3]) if groups > 1 else tuple(lead)
     if batch is None:
         raise ValueError(
             f"query/key/value: leading (batch, head) dims do not broadcast: query "
@@ -275,8 +277,8 @@ def _check_inputs(
         isinstance(scale, numbers.Real) and not isinstance(scale, bool) and math.isfinite(scale)
     ):
         raise ValueError(f"scale: expected a finite number or None, got {scale!r}")
-    target = (*batch, query.shape[-2], key.shape[-2])
     if mask is not None:
+        target = (*batch, query.shape[-2], key.shape[-2])
         if not isinstance(mask, Tensor):
             raise TypeError(f"mask: expected a torch.Tensor, got {type(mask).__name__}")
         if mask.dtype != torch.bool and not mask.is_floating_point():
@@ -395,9 +397,11 @@ def _fast_result_trusted(out: Tensor, backend: str) -> bool:
     wide = torch.float32 if out.dtype == torch.float16 else None
     if backend in (SHORT, STEP):  # their softmax turns NaN scores into NaN rows, never zeros
         return math.isfinite(float(out.sum(dtype=wide)))
-    rows = out.sum(dim=-1, dtype=wide)  # (..., T_q)
-    # Finite only if every row sum is finite and none is 0 (1/0 = inf).
-    if math.isfinite(float((rows + rows.reciprocal()).sum(dtype=torch.float32))):
+    rows = out.sum(dim=-1, dtype=wide).reshape(-1)  # (rows,)
+    # The sum of rows * (1 / rows): finite (1 per row) only if every row sum is finite and none
+    # is 0 (0 * inf, inf * 0 and NaN are NaN); one dot product where a sum took three
+    # operators. A sum so small that 1 / sum overflows fails it too and goes to the tests below.
+    if math.isfinite(float(torch.dot(rows, rows.reciprocal()))):
         return True
     if not math.isfinite(float(rows.sum())):  # NaN or inf reached a row
         return False
@@ -523,11 +527,12 @@ def scaled_dot_product_attention(
     prepared = _prepare_mask(mask, backend=backend, dtype=query.dtype, **shapes)
     if backend != READABLE:
         kv_batch = (*batch[:-1], batch[-1] // groups) if groups > 1 else batch
-        query = query if tuple(query.shape[:-2]) == batch else query.expand(*batch, -1, -1)
-        key, value = (
-            t if tuple(t.shape[:-2]) == kv_batch else t.expand(*kv_batch, -1, -1)
-            for t in (key, value)
-        )  # each (*kv_batch, T_k, d)
+        if query.shape[:-2] != batch:
+            query = query.expand(*batch, -1, -1)
+        if key.shape[:-2] != kv_batch:
+            key = key.expand(*kv_batch, -1, -1)  # (*kv_batch, T_k, d_k)
+        if value.shape[:-2] != kv_batch:
+            value = value.expand(*kv_batch, -1, -1)  # (*kv_batch, T_k, d_v)
         if backend == SHORT:
             if groups > 1:
                 key, value = (t.repeat_interleave(groups, dim=-3) for t in (key, value))
@@ -567,14 +572,20 @@ def _fused(
     """
     mask = prepared.mask
     dtype = query.dtype
+    # The G queries of a grouped key/value head as one row of G (see below).
+    folded = groups > 1 and query.shape[-2] == 1 and not prepared.causal
     # One query per row in half precision without autograd (a decoding step) on a CPU without
     # AMX: torch's kernel is 2-4x slower in bf16 than in float32 there, more than the cast of
     # the keys and values costs (docs/benchmarks.md, "Text generation"); the result is rounded
-    # once. With AMX its bf16 kernel is 1.3-5x faster than the widened one: no widening.
+    # once. Not for a single batch row of folded queries, whose G queries per row the bf16
+    # kernel runs 5-30% faster than the widened one (8 query heads on 2 or 4 key/value heads
+    # on the AVX2-only EPYC; "Modern attention"). With AMX its bf16 kernel is 1.3-5x faster
+    # than the widened one: no widening.
     widen = (
         dtype in (torch.bfloat16, torch.float16)
         and query.device.type == "cpu"
         and query.shape[-2] == 1
+        and not (folded and math.prod(query.shape[:-3]) == 1)
         and not cpu_attention_has_amx(dtype)
         and not (torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)))
     )
@@ -582,7 +593,7 @@ def _fused(
         query, key, value = query.float(), key.float(), value.float()
         if mask is not None and mask.dtype != torch.bool:
             mask = mask.float()
-    if groups > 1 and query.shape[-2] == 1 and not prepared.causal:
+    if folded:
         *lead, heads, _, d_k = query.shape
         kv_heads = heads // groups
         folded = query.reshape(*lead, kv_heads, groups, d_k)  # (..., H_kv, G, d_k)
