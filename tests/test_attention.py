@@ -749,47 +749,52 @@ def test_half_precision_decoding_step(monkeypatch, dtype, kv_heads, amx):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("kv_heads", [2, 1])
-def test_one_row_of_grouped_queries_stays_in_half_precision(monkeypatch, dtype, kv_heads):
-    """A decoding step of one batch row with grouped key/value heads, without AMX: the G
-    queries of a key/value head run as one row of G in torch's half-precision kernel, not
-    widened to float32 (which is slower at that shape), so the result is torch's own kernel on
-    those folded queries; two batch rows are still widened (the float32 result rounded)."""
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+def test_a_half_precision_step_does_not_depend_on_its_batch(monkeypatch, dtype, kv_heads):
+    """A decoding step's row (one query, grouped or not, no AMX) gives the same bits alone and
+    beside other rows: the widening rule reads neither the batch size nor the grouping (a
+    review found a rule that widened all but a single row of grouped queries)."""
     monkeypatch.setattr(attention, "cpu_attention_has_amx", lambda dtype: False)
     g = torch.Generator().manual_seed(12)
     t_k = SHORT_KEYS_MAX + 20
-    for batch in (1, 2):
-        q = torch.randn(batch, 4, 1, 16, generator=g).to(dtype)
-        k, v = (torch.randn(batch, kv_heads, t_k, 16, generator=g).to(dtype) for _ in "kv")
-        with torch.no_grad():
-            got = scaled_dot_product_attention(q, k, v, causal=True)
-            wide = scaled_dot_product_attention(q.float(), k.float(), v.float(), causal=True)
-        assert got.dtype == dtype and got.shape == (batch, 4, 1, 16)
-        if batch == 2:
-            torch.testing.assert_close(got, wide.to(dtype), rtol=0, atol=0)
-            continue
-        folded = F.scaled_dot_product_attention(q.reshape(1, kv_heads, 4 // kv_heads, 16), k, v)
-        torch.testing.assert_close(got, folded.reshape(1, 4, 1, 16), rtol=0, atol=0)
-        tol = 1e-2 if dtype == torch.bfloat16 else 2e-3
-        torch.testing.assert_close(got.float(), wide, rtol=tol, atol=tol)
-
-
-def test_a_row_whose_sum_is_too_small_to_invert_is_trusted(monkeypatch):
-    """The fused path's result check multiplies each row sum by its reciprocal: a sum so small
-    (float32's subnormals) that the reciprocal overflows fails that first test, and the second
-    one (no NaN or inf in a row, no row of zeros) trusts the result, with torch's values."""
-    readable = _count_calls(monkeypatch, attention, "_attention_readable")
-    g = torch.Generator().manual_seed(13)
-    q, k = (torch.randn(1, 2, 3, 8, generator=g) for _ in "qk")
-    v = torch.randn(1, 2, 3, 8, generator=g)
-    v[0, 1] = 1e-41  # every output row of head 1 sums to about 8e-41: 1 / sum is inf
+    q = torch.randn(3, 4, 1, 16, generator=g).to(dtype)
+    k, v = (torch.randn(3, kv_heads, t_k, 16, generator=g).to(dtype) for _ in "kv")
     with torch.no_grad():
-        out = scaled_dot_product_attention(q, k, v)
-        rows = out.sum(-1).reshape(-1)
-    assert not torch.isfinite(torch.dot(rows, rows.reciprocal()))  # the first test fails
-    assert readable == []
-    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v), rtol=0, atol=0)
-    assert bool((out[0, 1] > 0).all())
+        together = scaled_dot_product_attention(q, k, v, causal=True)  # (3, 4, 1, 16)
+        for row in range(3):
+            alone = scaled_dot_product_attention(
+                q[row : row + 1], k[row : row + 1], v[row : row + 1], causal=True
+            )
+            torch.testing.assert_close(alone, together[row : row + 1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
+def test_fast_result_check_rejects_exactly_the_suspect_outputs(dtype):
+    """The fast paths' result check, on outputs built to each case: trusted when every row is
+    finite and none is all zeros, whatever the magnitudes (sums that cancel to 0, sums too
+    small to invert, sums near the dtype's largest value); rejected for a NaN, an inf, or a
+    row of zeros (+0 or -0), which may be torch's fused kernel hiding NaN scores."""
+    big = torch.finfo(dtype).max / 16
+    tiny = torch.finfo(dtype).tiny / 4  # subnormal: 1 / sum overflows
+    nan, inf = math.nan, math.inf
+    cases = {
+        "plain": ([[1.0, 2.0, 3.0, 4.0] * 2] * 3, True),
+        "sum cancels to 0": ([[1.0, -1.0] * 4] * 3, True),
+        "subnormal rows": ([[tiny] * 8] * 3, True),
+        "huge rows": ([[big / 8] * 8] * 3, True),
+        "a row of zeros": ([[1.0] * 8, [0.0] * 8, [2.0] * 8], False),
+        "a row of -0": ([[1.0] * 8, [-0.0] * 8, [2.0] * 8], False),
+        "NaN": ([[1.0] * 8, [1.0] * 7 + [nan], [2.0] * 8], False),
+        "inf": ([[1.0] * 8, [inf] + [1.0] * 7, [2.0] * 8], False),
+        "inf and -inf": ([[inf, -inf] + [1.0] * 6] * 3, False),
+    }
+    for name, (rows, want) in cases.items():
+        out = torch.tensor(rows, dtype=torch.float64).to(dtype)  # (3, 8)
+        out = out.reshape(1, 3, 1, 8).expand(2, 3, 1, 8)  # (B, H, T_q, d), not contiguous
+        if name == "subnormal rows":
+            assert bool((out != 0).all())  # denormals kept (torch's default)
+        got = attention._fast_result_trusted(out, attention.FUSED)
+        assert got is want, name
 
 
 def test_a_row_whose_sum_cancels_is_trusted_but_a_row_of_zeros_is_checked(monkeypatch):

@@ -572,20 +572,17 @@ def _fused(
     """
     mask = prepared.mask
     dtype = query.dtype
-    # The G queries of a grouped key/value head as one row of G (see below).
-    folded = groups > 1 and query.shape[-2] == 1 and not prepared.causal
     # One query per row in half precision without autograd (a decoding step) on a CPU without
     # AMX: torch's kernel is 2-4x slower in bf16 than in float32 there, more than the cast of
     # the keys and values costs (docs/benchmarks.md, "Text generation"); the result is rounded
-    # once. Not for a single batch row of folded queries, whose G queries per row the bf16
-    # kernel runs 5-30% faster than the widened one (8 query heads on 2 or 4 key/value heads
-    # on the AVX2-only EPYC; "Modern attention"). With AMX its bf16 kernel is 1.3-5x faster
-    # than the widened one: no widening.
+    # once. With AMX its bf16 kernel is 1.3-5x faster than the widened one: no widening. The
+    # rule reads neither the batch size nor the grouping, so that a row's result does not
+    # depend on the rows beside it (folded grouped queries at one batch row run 5-30% faster
+    # unwidened, but not at eight rows; docs/benchmarks.md, "Modern attention").
     widen = (
         dtype in (torch.bfloat16, torch.float16)
         and query.device.type == "cpu"
         and query.shape[-2] == 1
-        and not (folded and math.prod(query.shape[:-3]) == 1)
         and not cpu_attention_has_amx(dtype)
         and not (torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)))
     )
@@ -593,7 +590,7 @@ def _fused(
         query, key, value = query.float(), key.float(), value.float()
         if mask is not None and mask.dtype != torch.bool:
             mask = mask.float()
-    if folded:
+    if groups > 1 and query.shape[-2] == 1 and not prepared.causal:
         *lead, heads, _, d_k = query.shape
         kv_heads = heads // groups
         folded = query.reshape(*lead, kv_heads, groups, d_k)  # (..., H_kv, G, d_k)
