@@ -791,8 +791,8 @@ def test_fast_result_check_rejects_exactly_the_suspect_outputs(dtype):
     for name, (rows, want) in cases.items():
         out = torch.tensor(rows, dtype=torch.float64).to(dtype)  # (3, 8)
         out = out.reshape(1, 3, 1, 8).expand(2, 3, 1, 8)  # (B, H, T_q, d), not contiguous
-        if name == "subnormal rows":
-            assert bool((out != 0).all())  # denormals kept (torch's default)
+        if name == "subnormal rows" and not bool((out != 0).all()):
+            want = False  # flushed to zero (a library loaded with fast-math): rows of zeros
         got = attention._fast_result_trusted(out, attention.FUSED)
         assert got is want, name
 
