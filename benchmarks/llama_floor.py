@@ -29,16 +29,23 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import statistics  # noqa: E402
 import tempfile  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from generate import attnkit_side, hf_side, machine_info, same_tokens, time_sides  # noqa: E402
+from generate import (  # noqa: E402
+    attnkit_side,
+    hf_side,
+    machine_info,
+    same_tokens,
+    summary,
+    time_sides,
+)
 from llama import HF_SHAPE, build_llama, make_prompts  # noqa: E402
 
 from attnkit.generation.packed import HALF_MIN_SIDE, float16_available, pack_float16  # noqa: E402
 from attnkit.hardware import cpu_attention_has_amx  # noqa: E402
+from attnkit.modules.norm import _rms_norm_by_layer_norm  # noqa: E402
 
 
 class BareLlama:
@@ -64,15 +71,15 @@ class BareLlama:
             gate_up = torch.cat([m.gate_proj.weight, m.up_proj.weight]).detach()
             self.layers.append(
                 (
-                    self._gains(layer.input_layernorm.weight),
+                    layer.input_layernorm.weight.detach(),
                     self._product(qkv),
                     self._product(a.o_proj.weight.detach()),
-                    self._gains(layer.post_attention_layernorm.weight),
+                    layer.post_attention_layernorm.weight.detach(),
                     self._product(gate_up),
                     self._product(m.down_proj.weight.detach()),
                 )
             )
-        self.final = self._gains(hf.model.norm.weight)
+        self.final = hf.model.norm.weight.detach()
         self.head = self._product(hf.lm_head.weight.detach())
         theta = getattr(c, "rope_theta", None) or c.rope_parameters["rope_theta"]
         self.inv_freq = 1.0 / theta ** (torch.arange(0, self.hd, 2).float() / self.hd)
@@ -84,10 +91,6 @@ class BareLlama:
         if compile_layers:
             self.attend_half = torch.compile(self._attend_half, dynamic=True)
             self.feed_forward_half = torch.compile(self._feed_forward_half, dynamic=True)
-
-    def _gains(self, weight):
-        """RMSNorm's gain doubled, for LayerNorm over [x, -x]."""
-        return torch.cat([weight, weight]).detach()
 
     def _product(self, weight):
         """(packed float16 weight, True) where attnkit's one-row product uses FBGEMM, else
@@ -104,13 +107,12 @@ class BareLlama:
             return out.to(self.dtype).view(*x.shape[:-1], -1)
         return F.linear(x, weight)
 
-    def _norm(self, x, gains):
-        d = x.shape[-1]
-        return F.layer_norm(torch.cat([x, -x], dim=-1), (2 * d,), gains, None, self.eps)[..., :d]
+    def _norm(self, x, weight):
+        return _rms_norm_by_layer_norm(x, weight, self.eps)  # attnkit's RMSNorm in inference
 
-    def _attend_half(self, x, gains, qkv_w, out_w, keys, values, pos: int, cos, sin):
+    def _attend_half(self, x, norm_w, qkv_w, out_w, keys, values, pos: int, cos, sin):
         h, kv, hd = self.heads, self.kv_heads, self.hd
-        qkv = self._linear(self._norm(x, gains), qkv_w).view(1, 1, h + 2 * kv, hd)
+        qkv = self._linear(self._norm(x, norm_w), qkv_w).view(1, 1, h + 2 * kv, hd)
         qk = qkv[:, :, : h + kv]
         qk = qk * cos + torch.roll(qk, hd // 2, dims=-1) * sin  # (1, 1, H + H_kv, hd)
         keys[:, :, pos] = qk[0, :, h:]
@@ -122,8 +124,8 @@ class BareLlama:
         out = F.scaled_dot_product_attention(q, k, v).to(self.dtype).reshape(1, 1, self.d)
         return x + self._linear(out, out_w)
 
-    def _feed_forward_half(self, x, gains, gate_up_w, down_w):
-        gate, up = self._linear(self._norm(x, gains), gate_up_w).chunk(2, dim=-1)
+    def _feed_forward_half(self, x, norm_w, gate_up_w, down_w):
+        gate, up = self._linear(self._norm(x, norm_w), gate_up_w).chunk(2, dim=-1)
         return x + self._linear(F.silu(gate) * up, down_w)
 
     def step(self, token: int, pos: int) -> int:
@@ -185,11 +187,8 @@ def main() -> None:
     )
     print("| --- | --- | --- | --- | --- |")
     theirs = results["Hugging Face generate"][-1][3]
-    rate = {k: [n / wall for wall, _, n, _ in v] for k, v in results.items()}
-    base = rate["Hugging Face generate"]
-    for name, rates in rate.items():
-        ratio = statistics.median(a / b for a, b in zip(rates, base, strict=True))
-        tokens = statistics.median(rates)
+    for name in results:
+        tokens, _, ratio, _ = summary(results, name, "Hugging Face generate")
         same = same_tokens(results[name][-1][3], theirs)
         print(f"| {name} | {tokens:.1f} | {1e3 / tokens:.2f} | {ratio:.2f}x | {same} |")
 

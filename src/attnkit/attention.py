@@ -196,6 +196,8 @@ def _broadcast(*shapes) -> tuple[int, ...] | None:
     Plain Python on purpose: ``torch.broadcast_shapes`` imports sympy on its first call (about
     1.5 s per process), a cost every command would pay.
     """
+    if all(shape == shapes[0] for shape in shapes[1:]):  # the same shape broadcasts to itself
+        return tuple(shapes[0])
     ndim = max(map(len, shapes))
     result = [1] * ndim
     for shape in shapes:
@@ -257,13 +259,11 @@ def _check_inputs(
             f"{tuple(value.shape)}"
         )
     groups = kv_groups(query, key, value)
-    end = -3 if groups > 1 else -2  # the dims that broadcast end before the heads if grouped
-    lead_q, lead_k, lead_v = query.shape[:end], key.shape[:end], value.shape[:end]
-    # The same leading dims (every call from attnkit's modules) broadcast to themselves.
-    lead = lead_q if lead_q == lead_k == lead_v else _broadcast(lead_q, lead_k, lead_v)
-    batch = None
-    if lead is not None:
-        batch = (*lead, query.shape[-3]) if groups > 1 else tuple(lead)
+    if groups > 1:
+        lead = _broadcast(query.shape[:-3], key.shape[:-3], value.shape[:-3])
+        batch = None if lead is None else (*lead, query.shape[-3])
+    else:
+        batch = _broadcast(query.shape[:-2], key.shape[:-2], value.shape[:-2])
     if batch is None:
         raise ValueError(
             f"query/key/value: leading (batch, head) dims do not broadcast: query "

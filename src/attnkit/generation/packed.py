@@ -211,19 +211,28 @@ _INT8: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _INT8_ENGINE = "fbgemm"  # torch's x86 int8 kernels (AVX2 at least)
 
 
+def _fbgemm_runs(product) -> Tensor | None:
+    """``product()``, an FBGEMM product of a tiny probe, or None where torch has no FBGEMM
+    engine or the call fails (the op missing from this torch build, or refused on this CPU)."""
+    if _INT8_ENGINE not in torch.backends.quantized.supported_engines:
+        return None
+    try:
+        return product()
+    except (RuntimeError, AttributeError, NotImplementedError):  # None: the caller falls back
+        return None
+
+
 @functools.cache
 def int8_available() -> bool:
     """True where torch has its int8 CPU kernels (FBGEMM: x86 CPUs with AVX2) and they run: a
     tiny weight is quantized, packed and multiplied once (a torch that dropped its quantized
     tensors, as announced for torchao, answers False)."""
-    if _INT8_ENGINE not in torch.backends.quantized.supported_engines:
-        return False
-    try:
-        probe = _pack_int8(torch.ones(2, 4), None)
-        out = torch.ops.quantized.linear_dynamic(torch.ones(1, 4), probe, True)
-    except (RuntimeError, AttributeError, NotImplementedError):
-        return False
-    return tuple(out.shape) == (1, 2)
+    out = _fbgemm_runs(
+        lambda: torch.ops.quantized.linear_dynamic(
+            torch.ones(1, 4), _pack_int8(torch.ones(2, 4), None), True
+        )
+    )
+    return out is not None and tuple(out.shape) == (1, 2)
 
 
 _INT8_LOCK = threading.Lock()  # torch.backends.quantized.engine is process-wide
@@ -254,14 +263,12 @@ def pack_float16(weight: Tensor, bias: Tensor | None = None):
 def float16_available() -> bool:
     """True where torch has FBGEMM's float16-weight product and it runs (x86 CPUs with AVX2):
     a tiny weight is packed and multiplied once."""
-    if _INT8_ENGINE not in torch.backends.quantized.supported_engines:
-        return False
-    try:
-        probe = pack_float16(torch.ones(2, 4))
-        out = torch.ops.quantized.linear_dynamic_fp16(torch.ones(1, 4), probe)
-    except (RuntimeError, AttributeError, NotImplementedError):
-        return False  # the op is missing from this torch build, or refused on this CPU
-    return tuple(out.shape) == (1, 2) and bool((out == 4).all())
+    out = _fbgemm_runs(
+        lambda: torch.ops.quantized.linear_dynamic_fp16(
+            torch.ones(1, 4), pack_float16(torch.ones(2, 4))
+        )
+    )
+    return out is not None and tuple(out.shape) == (1, 2) and bool((out == 4).all())
 
 
 def _pack_int8(weight: Tensor, bias: Tensor | None):
