@@ -24,16 +24,11 @@ adds the bare step with each layer's two halves under ``torch.compile(dynamic=Tr
 from __future__ import annotations
 
 import argparse
-import os
+import tempfile
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-import tempfile  # noqa: E402
-
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from generate import (  # noqa: E402
+import torch
+import torch.nn.functional as F
+from generate import (  # benchmarks/generate.py (it keeps transformers offline)
     attnkit_side,
     hf_side,
     machine_info,
@@ -41,11 +36,11 @@ from generate import (  # noqa: E402
     summary,
     time_sides,
 )
-from llama import HF_SHAPE, build_llama, make_prompts  # noqa: E402
+from llama import HF_SHAPE, build_llama, make_prompts
 
-from attnkit.generation.packed import HALF_MIN_SIDE, float16_available, pack_float16  # noqa: E402
-from attnkit.hardware import cpu_attention_has_amx  # noqa: E402
-from attnkit.modules.norm import _rms_norm_by_layer_norm  # noqa: E402
+from attnkit.generation.packed import HALF_MIN_SIDE, float16_available, pack_float16
+from attnkit.hardware import cpu_attention_has_amx
+from attnkit.modules.norm import _rms_norm_by_layer_norm
 
 
 class BareLlama:
