@@ -484,6 +484,18 @@ def test_bad_config_fields_are_named(field, value, message):
         GPTConfig(**{**TINY, field: value})
 
 
+def test_gpt2_default_ids_outside_a_small_vocabulary_are_explained():
+    small = {k: v for k, v in TINY.items() if k not in ("bos_token_id", "eos_token_id")}
+    with pytest.raises(ValueError) as err:
+        GPTConfig(**{**small, "vocab_size": 10})
+    message = str(err.value)
+    assert message.startswith("bos_token_id: expected an integer from 0 to 9, got 50256")
+    assert "GPT-2's <|endoftext|>, the default of bos_token_id" in message
+    assert "your tokenizer's ids, or None" in message
+    config = GPTConfig(**{**small, "vocab_size": 10, "bos_token_id": None, "eos_token_id": 9})
+    assert (config.bos_token_id, config.eos_token_id) == (None, 9)
+
+
 def test_dropout_is_active_in_training_only():
     model = tiny(dropout=0.5, attn_dropout=0.5, embed_dropout=0.5)
     ids = torch.randint(0, 53, (2, 6))

@@ -119,6 +119,12 @@ def test_missing_file(tmp_path):
         TrainConfig.from_toml(tmp_path / "nope.toml")
 
 
+@pytest.mark.parametrize("text", ["", "\n", "# a comment only\n"])
+def test_a_config_without_settings_is_refused(tmp_path, text):
+    with pytest.raises(ValueError, match=r"c.toml' holds no settings \(it is empty, or only"):
+        TrainConfig.from_toml(write(tmp_path, text), ["optim.max_steps=5"])
+
+
 def test_a_directory_is_no_config_file(tmp_path):
     with pytest.raises(
         ValueError, match=rf"^config file '{re.escape(str(tmp_path))}' is a directory, not a TOML"

@@ -41,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
         "already in LD_PRELOAD is kept.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
+    parser.add_argument(
+        "-V", "--version", action="version", version=_version(),
+        help="print attnkit's version, and torch's and Python's, then exit",
+    )  # fmt: skip
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in _command_modules():
         p = sub.add_parser(
@@ -56,6 +60,21 @@ def build_parser() -> argparse.ArgumentParser:
                        help=VERBOSE_HELP)  # fmt: skip
         p.set_defaults(_run=module.run)
     return parser
+
+
+def _version() -> str:
+    """``attnkit X (torch Y, Python Z)``, read from the installed packages' metadata, so that
+    ``--version`` does not import torch."""
+    from importlib import metadata
+    from platform import python_version
+
+    from attnkit import __version__
+
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = "not installed"
+    return f"attnkit {__version__} (torch {torch_version}, Python {python_version()})"
 
 
 VERBOSE_HELP = "log debug messages, and show the traceback of an error"

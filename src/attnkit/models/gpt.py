@@ -53,6 +53,8 @@ from attnkit.modules.rotary import ROPE_SCALINGS, RotaryEmbedding
 
 __all__ = ["GPT", "GPTCache", "GPTConfig", "GPTOutput"]
 
+GPT2_END_OF_TEXT = 50256  # GPT-2's <|endoftext|> id: GPTConfig's bos and eos by default
+
 
 # --------------------------------------------------------------------------- config
 
@@ -76,8 +78,8 @@ class GPTConfig:
     tie_output: bool = True  # the output head is the token embedding matrix
     layer_norm_eps: float = 1e-5  # HF layer_norm_epsilon (rms_norm_eps with norm = "rms")
     initializer_range: float = 0.02  # std of the normal init of weights and embeddings
-    bos_token_id: int | None = 50256  # GPT-2's <|endoftext|>
-    eos_token_id: int | None = 50256
+    bos_token_id: int | None = GPT2_END_OF_TEXT
+    eos_token_id: int | None = GPT2_END_OF_TEXT
     # Today's decoder-only models (Llama, Mistral, Qwen2; GPTConfig.llama); defaults: GPT-2.
     num_kv_heads: int | None = None  # key/value heads: < num_heads GQA, 1 MQA; None: num_heads
     norm: str = "layer"  # "layer" (LayerNorm, GPT-2) or "rms" (RMSNorm, Llama)
@@ -109,8 +111,18 @@ class GPTConfig:
         check_number("layer_norm_eps", self.layer_norm_eps, low=0.0, high=1.0, low_open=True)
         check_number("initializer_range", self.initializer_range, low=0.0, high=1.0)
         for name in ("bos_token_id", "eos_token_id"):
-            if getattr(self, name) is not None:
+            if getattr(self, name) is None:
+                continue
+            try:
                 check_size(name, getattr(self, name), minimum=0, maximum=self.vocab_size - 1)
+            except ValueError as err:
+                if getattr(self, name) != GPT2_END_OF_TEXT:
+                    raise
+                raise ValueError(
+                    f"{err} ({GPT2_END_OF_TEXT} is GPT-2's <|endoftext|>, the default of "
+                    f"{name}: with vocab_size={self.vocab_size}, give bos_token_id and "
+                    "eos_token_id your tokenizer's ids, or None)"
+                ) from None
         if self.num_kv_heads is not None:
             check_size("num_kv_heads", self.num_kv_heads, maximum=self.num_heads)
             check_divisible("num_heads", self.num_heads, "num_kv_heads", self.num_kv_heads)

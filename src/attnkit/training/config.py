@@ -380,8 +380,8 @@ class TrainConfig:
         Raises:
             FileNotFoundError: If ``path`` does not exist.
             ValueError: If ``path`` is a directory or another non-file, is not UTF-8 (naming
-                the line and byte offset), on TOML syntax errors, bad overrides, unknown keys
-                or bad values.
+                the line and byte offset), holds no settings, on TOML syntax errors, bad
+                overrides, unknown keys or bad values.
         """
         path = Path(path)
         name = f"config file {os.fspath(path)!r}"
@@ -396,6 +396,11 @@ class TrainConfig:
             raw = tomllib.loads(text)
         except tomllib.TOMLDecodeError as err:
             raise ValueError(f"{name} is not valid TOML: {err}") from None
+        if not raw:  # every setting a default: the full Multi30k recipe, likely by mistake
+            raise ValueError(
+                f"{name} holds no settings (it is empty, or only comments); start from a "
+                "shipped config such as configs/multi30k_de_en.toml or configs/tiny_copy.toml"
+            )
         overrides = list(overrides)
         return cls.from_dict(
             apply_overrides(raw, overrides),

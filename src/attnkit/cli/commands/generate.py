@@ -23,9 +23,10 @@ HELP = "continue text with a GPT model (Hugging Face GPT-2 folder)"
 DESCRIPTION = """\
 Continue PROMPT, or every line of standard input (one prompt a line) when PROMPT is absent,
 with a GPT model read from a Hugging Face GPT-2 folder (config.json, model.safetensors,
-tokenizer.json). Without --model, the GPT shipped in attnkit/pretrained/shakespeare_gpt (a
-byte-level BPE GPT trained on the works of Shakespeare) is used; if it is not installed,
---model is required.
+tokenizer.json) on disk: nothing is downloaded, so --model is a folder, not a hub name
+(path/to/gpt2 below stands for a folder saved by transformers' save_pretrained). Without
+--model, the GPT shipped in attnkit/pretrained/shakespeare_gpt (a byte-level BPE GPT trained
+on the works of Shakespeare) is used; if it is not installed, --model is required.
 
 Decoding: greedy by default (--temperature 0). --temperature T > 0 samples from
 softmax(logits / T); --top-k and --top-p restrict the sampling (they imply --temperature 1
@@ -41,9 +42,9 @@ each id (natural log, before temperature or filtering) and why it stopped.
 
 examples:
   attnkit generate "ROMEO." --temperature 0.8 --seed 0 --max-new-tokens 100
-  attnkit generate --model gpt2 "The meaning of life is" --max-new-tokens 40
-  attnkit generate --model gpt2 "Once upon a time" --temperature 0.8 --top-p 0.95 --seed 0 --stream
-  printf 'Hello\\nThe cat\\n' | attnkit generate --model gpt2 --json --max-new-tokens 10
+  attnkit generate --model path/to/gpt2 "The meaning of life is" --max-new-tokens 40
+  attnkit generate --model path/to/gpt2 "Once upon a time" --temperature 0.8 --top-p 0.95 --seed 0 --stream
+  printf 'Hello\\nThe cat\\n' | attnkit generate --model path/to/gpt2 --json --max-new-tokens 10
 """
 
 NO_MODEL = (
