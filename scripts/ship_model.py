@@ -1,8 +1,9 @@
 """Copy a trained run's checkpoint into the package as a shipped model.
 
-    .venv/bin/python scripts/ship_model.py --run runs/NAME [--out DIR] [--checkpoint best]
-    .venv/bin/python scripts/ship_model.py --run runs/shakespeare_bpe --average 5
-    .venv/bin/python scripts/ship_model.py --run runs/de_en_r9 --checkpoint avg7 --lenpen 1.4
+    .venv/bin/python scripts/ship_model.py --run runs/NAME --out DIR [--checkpoint best]
+    .venv/bin/python scripts/ship_model.py --run runs/shakespeare_bpe --average 5 --replace-shipped
+    .venv/bin/python scripts/ship_model.py --run runs/de_en_r9 --checkpoint avg7 --lenpen 1.4 \\
+        --replace-shipped
 
 The run's task (its checkpoint's training config) decides what is shipped and where:
 
@@ -22,8 +23,24 @@ Both carry the run's record: its config.toml, metrics.jsonl, train.log and the c
 state.json (as checkpoint_state.json: its step and, for an average, the checkpoints
 averaged). A language model also gets provenance.json: the validation metrics of the shipped
 files, every candidate's val_nats_per_char, a summary of the training metrics, the training
-config and the commands. The folder is written atomically; an existing --out is replaced only
-if it is a model folder attnkit wrote (anything else is refused, nothing is deleted).
+config and the commands. The folder is written atomically.
+
+What --out may be (checked before anything is loaded or written; a refusal names the folder
+and why, and leaves everything as it was):
+
+* never the run folder, a folder inside it (its best/, last/, steps/, an average) or one
+  holding it; never another run's folder or checkpoint (a folder with state.json or
+  resume.pt), nor a folder inside a model folder: shipping into them would cost a run its
+  checkpoints (`attnkit train --resume` needs last/) or its float32 best;
+* an existing folder is replaced only if it is a model folder attnkit wrote (anything else,
+  e.g. a folder of your files, is refused; nothing is deleted);
+* a shipped model of the package (src/attnkit/pretrained/*, where the default --out points)
+  takes only a run of its task, corpus and languages (its config.toml says which: e.g.
+  translation of multi30k de -> en), and an existing one is replaced only with
+  --replace-shipped, because `attnkit translate`, `evaluate`, `generate` and `serve` use it:
+
+    .venv/bin/python scripts/ship_model.py --run runs/de_en_r17 --checkpoint avg10 \\
+        --lenpen 1.4 --replace-shipped
 """
 
 from __future__ import annotations
@@ -56,6 +73,12 @@ from attnkit.training.metrics_log import read_metrics
 ROOT = Path(__file__).resolve().parents[1]
 PRETRAINED = ROOT / "src/attnkit/pretrained"
 DEFAULT_OUTS = {"translation": PRETRAINED / "multi30k_de_en", "lm": PRETRAINED / "shakespeare_gpt"}
+# What the package's shipped models are, by task, when a shipped folder's own record (its
+# config.toml) cannot be read: the run it came from must match it (_check_shipped).
+SHIPPED_DATA = {
+    "translation": {"data.corpus": "multi30k", "data.src_lang": "de", "data.tgt_lang": "en"},
+    "lm": {"data.corpus": "shakespeare"},
+}
 # The run's record, copied from the run folder: what a run writes at its top level
 # (run_folder.RUN_FILES: config.toml, metrics.jsonl, train.log), less the tokenizer, which
 # the model folder has anyway, and the lock file.
@@ -75,6 +98,7 @@ def ship(
     average: int = 0,
     dtype: str = "auto",
     lenpen: float | None = None,
+    replace_shipped: bool = False,
     command: str | None = None,
     train_command: str | None = None,
 ) -> Path:
@@ -90,14 +114,16 @@ def ship(
             float32 for a language model unless it would not fit in :data:`MAX_BYTES`).
         lenpen: Translation: the length penalty to store as the folder's decoding default
             (None: none stored, decoding uses 1.0).
+        replace_shipped: Allow replacing an existing shipped model of the package (the
+            default ``out``); without it that is refused (:func:`check_out`).
         command, train_command: Recorded in a language model's provenance.json.
 
     Returns:
         ``out``.
 
     Raises:
-        ValueError: Naming the argument, if the run, checkpoint, --out, --average or
-            --dtype cannot be used; nothing is written then.
+        ValueError: Naming the argument, if the run, checkpoint, --out (:func:`check_out`),
+            --average or --dtype cannot be used; nothing is written then.
     """
     run = Path(run)
     if dtype != "auto" and dtype not in DTYPES:
@@ -111,7 +137,9 @@ def ship(
     if missing:
         raise ValueError(f"{run}: not a run folder written by `attnkit train` (no {missing})")
     config = read_train_config(folder)
-    out = DEFAULT_OUTS[config.task] if out is None else Path(out)
+    default = out is None
+    out = DEFAULT_OUTS[config.task] if default else Path(out)
+    check_out(out, run, config, replace_shipped=replace_shipped, default=default)
     if config.task == "lm":
         if lenpen is not None:
             raise ValueError(f"--lenpen {lenpen}: a translation setting; {run} is a language model")
@@ -136,6 +164,121 @@ def ship(
         extra_files=_record_files(run, folder),
         decoding=decoding,
     )
+
+
+def check_out(
+    out: Path,
+    run: Path,
+    config: TrainConfig,
+    *,
+    replace_shipped: bool = False,
+    default: bool = False,
+) -> None:
+    """Raises a ValueError naming ``out`` and why, unless the run may be shipped there (module
+    docstring, "What --out may be").
+
+    Args:
+        out: The folder to write.
+        run: The run folder being shipped.
+        config: The training config of the checkpoint being shipped.
+        replace_shipped: --replace-shipped was given.
+        default: ``out`` is the default for the run's task (no --out given).
+    """
+    shown = f"--out {os.fspath(out)!r}"
+    if default:
+        shown += f" (the default for a {config.task} run)"
+    verb = "replace" if out.exists() or out.is_symlink() else "write"
+    target, run_dir = out.resolve(), run.resolve()
+    reason = None
+    if target == run_dir or run_dir in target.parents:
+        reason = (
+            f"it is the run {os.fspath(run)!r} or a folder inside it; shipping never writes "
+            "into the run (its last/ resumes it, its best/ stays float32)"
+        )
+    elif target in run_dir.parents:
+        reason = f"it holds the run {os.fspath(run)!r}"
+    elif out.is_dir() and (
+        (out / run_folder.LOCK_FILE).exists()
+        or any(find_checkpoint(out / name) is not None for name in mf.RUN_MODELS)
+    ):
+        reason = (
+            f"it is a training run folder (it holds {run_folder.LOCK_FILE} or a best/ or "
+            "last/ checkpoint)"
+        )
+    elif find_checkpoint(out) is not None:
+        reason = (
+            f"it is a training checkpoint (it holds {mf.STATE_FILE}); replacing it would cost "
+            "its run the checkpoint (`attnkit train --resume` reads last/)"
+        )
+    if reason is not None:
+        raise ValueError(f"{shown}: refusing to {verb} it: {reason}; give another folder")
+    mf.check_outside_models(out, "--out")  # inside another run's checkpoint or steps/
+    _check_shipped(out, shown, run, config, replace_shipped=replace_shipped)
+
+
+def _identity(config: TrainConfig) -> dict[str, str]:
+    """What a run learned: its task, corpus and (translation) languages."""
+    found = {"task": config.task, "data.corpus": config.data.corpus}
+    if config.task == "translation":
+        found |= {"data.src_lang": config.data.src_lang, "data.tgt_lang": config.data.tgt_lang}
+    return found
+
+
+def _describe(identity: dict[str, str]) -> str:
+    return ", ".join(f"{key} {value!r}" for key, value in identity.items())
+
+
+def _check_shipped(
+    out: Path, shown: str, run: Path, config: TrainConfig, *, replace_shipped: bool
+) -> None:
+    """Refuses a shipped model folder of the package (one of :data:`DEFAULT_OUTS`, or a folder
+    in :data:`PRETRAINED`) for a run of another task, corpus or languages, and an existing one
+    without ``replace_shipped``."""
+    target = out.resolve()
+    slot = next((t for t, p in DEFAULT_OUTS.items() if p.resolve() == target), None)
+    if slot is None and target.parent != PRETRAINED.resolve():
+        return  # not a shipped model
+    record = out / run_folder.RUN_CONFIG_FILE
+    expected, source = None, f"its {run_folder.RUN_CONFIG_FILE}"
+    if record.is_file():
+        try:
+            expected = _identity(TrainConfig.from_toml(record))
+        except (OSError, ValueError) as err:
+            if slot is None:
+                raise ValueError(
+                    f"{shown}: refusing to replace it: a shipped model whose "
+                    f"{os.fspath(record)!r} cannot be read ({err}), so the run cannot be "
+                    "checked against it"
+                ) from None
+    if expected is None and slot is not None:
+        expected, source = {"task": slot, **SHIPPED_DATA[slot]}, "the package's shipped model"
+    if expected is None:
+        if out.exists():
+            raise ValueError(
+                f"{shown}: refusing to replace it: a folder among the package's shipped models "
+                f"without a readable {run_folder.RUN_CONFIG_FILE}, so the run cannot be checked "
+                "against it; ship to another folder"
+            )
+        return  # a new shipped model
+    actual = _identity(config)
+    differs = [  # the keys both have (a language model has no languages)
+        f"{key} {actual[key]!r} (shipped: {expected[key]!r})"
+        for key in expected
+        if key in actual and actual[key] != expected[key]
+    ]
+    if differs:
+        raise ValueError(
+            f"{shown}: refusing to ship {os.fspath(run)!r} there: the package's shipped model "
+            f"is {_describe(expected)} ({source}), the run has {', '.join(differs)}; ship it "
+            "to another folder with --out DIR"
+        )
+    if out.exists() and not replace_shipped:
+        raise ValueError(
+            f"{shown}: refusing to replace the package's shipped model ({_describe(expected)}) "
+            "without --replace-shipped: `attnkit translate`, `evaluate`, `generate` and "
+            "`serve` use it; give --replace-shipped to replace it deliberately, or --out DIR "
+            "to ship elsewhere"
+        )
 
 
 def _record_files(run: Path, folder: Path) -> dict[str, Path]:
@@ -303,7 +446,8 @@ def main() -> int:
     parser.add_argument(
         "--out", type=Path, default=None,
         help="destination folder (default: the package's folder for the run's task: "
-        "pretrained/multi30k_de_en or pretrained/shakespeare_gpt)",
+        "pretrained/multi30k_de_en or pretrained/shakespeare_gpt; replacing the model there "
+        "takes --replace-shipped); never the run, a run's checkpoint or a folder of other files",
     )  # fmt: skip
     parser.add_argument(
         "--checkpoint", default="best",
@@ -326,6 +470,12 @@ def main() -> int:
         "model's decoding default (default: none stored, decoding uses 1.0)",
     )  # fmt: skip
     parser.add_argument(
+        "--replace-shipped", action="store_true",
+        help="replace the package's existing shipped model (src/attnkit/pretrained/"
+        "multi30k_de_en or shakespeare_gpt, the default --out) with this run; refused without "
+        "it, and refused anyway for a run of another task, corpus or languages",
+    )  # fmt: skip
+    parser.add_argument(
         "--train-command", default=None, metavar="TEXT",
         help="the command that trained the run, recorded in provenance.json",
     )  # fmt: skip
@@ -337,7 +487,8 @@ def main() -> int:
     try:
         out = ship(
             run, args.out, args.checkpoint, average=args.average, dtype=args.dtype,
-            lenpen=args.lenpen, command=command, train_command=args.train_command,
+            lenpen=args.lenpen, replace_shipped=args.replace_shipped, command=command,
+            train_command=args.train_command,
         )  # fmt: skip
     except ValueError as err:
         print(f"ship_model: error: {err}", file=sys.stderr)

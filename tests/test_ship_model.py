@@ -1,5 +1,8 @@
 """scripts/ship_model.py: bf16 copy of a translation run's checkpoint with its record, written
-atomically; an --out that is not a model folder attnkit wrote is refused and left as it was.
+atomically; an --out that is not a model folder attnkit wrote is refused and left as it was, and
+so is one that is a run, a run's checkpoint (last/, best/) or inside the run being shipped. The
+package's shipped model takes only a run of its task, corpus and languages, and is replaced only
+with --replace-shipped.
 A language-model run ships as a GPT-2 folder in float32 (bfloat16 beyond the size cap), chosen
 between its best checkpoint and an average by val_nats_per_char, with a provenance record whose
 validation metric is the trainer's."""
@@ -7,6 +10,7 @@ validation metric is the trainer's."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 import sys
@@ -20,7 +24,7 @@ from attnkit.data import SubwordTokenizer
 from attnkit.decoding import load_translation_model
 from attnkit.models import Transformer, TransformerConfig
 from attnkit.training.checkpoint import save_checkpoint
-from attnkit.training.config import TrainConfig
+from attnkit.training.config import DataConfig, TrainConfig
 from tests.helpers.scripts import import_script
 
 
@@ -29,8 +33,10 @@ def ship_model():
     return import_script("ship_model")
 
 
-@pytest.fixture()
-def run(tmp_path):
+def _make_run(run: Path, data: DataConfig | None = None, *, step: int = 7,
+              last: bool = False) -> Path:  # fmt: skip
+    """A translation run folder as `attnkit train` leaves it: best/ (and with ``last``, last/
+    with its resume.pt and the run's lock file), config.toml, metrics.jsonl and train.log."""
     tokenizer = SubwordTokenizer.train(["ab ab ba", "ba ab"] * 10, vocab_size=270)
     model_cfg = TransformerConfig(
         src_vocab_size=tokenizer.vocab_size,
@@ -41,23 +47,34 @@ def run(tmp_path):
         num_encoder_layers=1,
         num_decoder_layers=1,
     )
-    config = TrainConfig(model=model_cfg)
-    run = tmp_path / "run"
-    run.mkdir()
-    save_checkpoint(
-        run / "best",
-        model=Transformer(model_cfg),
-        config=config,
-        tokenizer=tokenizer,
-        state={"step": 7, "val_loss": 1.5},
-    )
+    config = TrainConfig(model=model_cfg, data=data or DataConfig())
+    run.mkdir(parents=True)
+    torch.manual_seed(step)
+    model = Transformer(model_cfg)
+    names = ("best", "last") if last else ("best",)
+    for name in names:
+        save_checkpoint(
+            run / name,
+            model=model,
+            config=config,
+            tokenizer=tokenizer,
+            state={"step": step, "val_loss": 1.5},
+            resume={"optimizer": {"step": step}} if name == "last" else None,
+        )
     for name, text in (
-        ("config.toml", "[model]\n"),
+        ("config.toml", config.to_toml()),
         ("metrics.jsonl", "{}\n"),
         ("train.log", "ok\n"),
     ):
         (run / name).write_text(text)
+    if last:
+        (run / ".attnkit.lock").write_text("")
     return run
+
+
+@pytest.fixture()
+def run(tmp_path):
+    return _make_run(tmp_path / "run")
 
 
 def _snapshot(folder: Path) -> dict:
@@ -112,6 +129,187 @@ def test_main_reports_errors_in_one_line(ship_model, run, tmp_path, monkeypatch,
     (run / "train.log").unlink()
     with pytest.raises(ValueError, match=r"not a run folder .*\['train.log'\]"):
         ship_model.ship(run, tmp_path / "new")
+
+
+# --------------------------------------------------------------------------- a run's own folders
+
+
+@pytest.fixture()
+def copy_run(tmp_path):
+    """runs/copy: a copy-task run (configs/tiny_copy.toml's corpus) with best/ and last/."""
+    return _make_run(tmp_path / "runs" / "copy", DataConfig(corpus="copy"), last=True)
+
+
+@pytest.mark.parametrize(
+    ("where", "reason"),
+    [
+        ("copy/last", "it is the run 'runs/copy' or a folder inside it"),
+        ("copy/best", "it is the run 'runs/copy' or a folder inside it"),
+        ("copy/shipped", "it is the run 'runs/copy' or a folder inside it"),  # a new folder
+        ("copy", "it is the run 'runs/copy'"),
+        (".", "it holds the run 'runs/copy'"),
+        ("other/last", "it is a training checkpoint"),
+        ("other/best", "it is a training checkpoint"),
+        ("other", "it is a training run folder"),
+        ("other/last/shipped", "runs/other/last', which must hold its own files only"),
+    ],
+)
+def test_refuses_a_run_or_its_checkpoints_and_touches_nothing(
+    ship_model, copy_run, tmp_path, monkeypatch, where, reason
+):
+    """The QA report: --out runs/copy/last replaced the run's last/ (resume.pt and state.json
+    gone, bf16 weights instead) and --out runs/copy/best its float32 best/. Now every run
+    folder and checkpoint, the one shipped and any other, is refused and left as it was."""
+    _make_run(tmp_path / "runs" / "other", last=True)
+    monkeypatch.chdir(tmp_path)
+    out = Path("runs", where)
+    before = _snapshot(tmp_path)
+    with pytest.raises(ValueError, match=re.escape(f"--out {str(out)!r}")) as err:
+        ship_model.ship(Path("runs/copy"), out)
+    assert reason in str(err.value)
+    assert _snapshot(tmp_path) == before
+
+
+def test_main_refuses_the_runs_last_and_it_still_resumes(ship_model, copy_run, tmp_path,
+                                                         monkeypatch, capsys):  # fmt: skip
+    """`python scripts/ship_model.py --run runs/copy --out runs/copy/last`, as reported."""
+    from attnkit.training.checkpoint import load_resume_state
+    from attnkit.training.run_folder import RunFolder
+
+    monkeypatch.chdir(tmp_path)
+    before = _snapshot(tmp_path)
+    for out in ("runs/copy/last", "runs/copy/best", "runs/copy/last/"):
+        monkeypatch.setattr(sys, "argv", ["ship_model.py", "--run", "runs/copy", "--out", out])
+        assert ship_model.main() == 2
+        printed = capsys.readouterr()
+        assert "shipped" not in printed.out
+        assert (
+            f"ship_model: error: --out '{out.rstrip('/')}': refusing to replace it" in printed.err
+        )
+        assert _snapshot(tmp_path) == before
+    folder = RunFolder(copy_run)
+    last = folder.open_for_resume()  # what `attnkit train --resume` reads
+    folder.unlock()
+    assert load_resume_state(last) == {"optimizer": {"step": 7}}
+    assert {t.dtype for t in load_file(last / "model.safetensors").values()} == {torch.float32}
+
+
+# --------------------------------------------------------------------------- the shipped model
+
+
+@pytest.fixture()
+def package(ship_model, run, tmp_path, monkeypatch):
+    """A stand-in for src/attnkit/pretrained/ with a multi30k de -> en translator shipped
+    (from ``run``: data.corpus multi30k, de -> en, step 7) at the default --out."""
+    pretrained = tmp_path / "pretrained"
+    outs = {"translation": pretrained / "multi30k_de_en", "lm": pretrained / "shakespeare_gpt"}
+    monkeypatch.setattr(ship_model, "PRETRAINED", pretrained)
+    monkeypatch.setattr(ship_model, "DEFAULT_OUTS", outs)
+    ship_model.ship(run)  # the first shipped model: nothing to replace, no flag needed
+    return outs["translation"]
+
+
+def _step(folder: Path) -> int:
+    return json.loads((folder / "checkpoint_state.json").read_text())["step"]
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+@pytest.mark.parametrize("replace_shipped", [False, True])
+def test_a_copy_run_never_replaces_the_shipped_translator(ship_model, package, copy_run,
+                                                          tmp_path, explicit,
+                                                          replace_shipped):  # fmt: skip
+    """The QA report: `ship_model.py --run runs/copy` (no --out) overwrote the shipped de-en
+    model with a copy-task model; `attnkit translate` then printed garbage."""
+    before = _snapshot(tmp_path)
+    out = package if explicit else None
+    with pytest.raises(ValueError, match=r"refusing to ship .*runs/copy' there") as err:
+        ship_model.ship(copy_run, out, replace_shipped=replace_shipped)
+    message = str(err.value)
+    assert f"--out {str(package)!r}" in message
+    assert ("(the default for a translation run)" in message) == (not explicit)
+    assert "data.corpus 'copy' (shipped: 'multi30k')" in message
+    assert "(shipped: 'de')" not in message  # the languages agree (de -> en)
+    assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    ("data", "differs"),
+    [
+        (DataConfig(src_lang="en", tgt_lang="de"), "data.src_lang 'en' (shipped: 'de'), "
+         "data.tgt_lang 'de' (shipped: 'en')"),
+        (DataConfig(corpus="", train_src="a.txt", train_tgt="b.txt"),
+         "data.corpus '' (shipped: 'multi30k')"),
+    ],
+)  # fmt: skip
+def test_other_languages_or_corpus_are_refused(ship_model, package, tmp_path, data, differs):
+    other = _make_run(tmp_path / "runs" / "other", data)
+    before = _snapshot(package)
+    with pytest.raises(ValueError, match="refusing to ship") as err:
+        ship_model.ship(other, replace_shipped=True)
+    assert differs in str(err.value)
+    assert _snapshot(package) == before
+
+
+def test_a_language_model_is_refused_as_the_translator(ship_model, package, lm_run):
+    before = _snapshot(package)
+    differs = "task 'lm' (shipped: 'translation'), data.corpus 'shakespeare' (shipped: 'multi30k');"
+    with pytest.raises(ValueError, match=re.escape(f"the run has {differs}")):
+        ship_model.ship(lm_run, package, replace_shipped=True)
+    assert _snapshot(package) == before
+
+
+def test_replacing_the_shipped_model_takes_replace_shipped(ship_model, package, tmp_path):
+    newer = _make_run(tmp_path / "runs" / "de_en_r2", step=9)  # multi30k de -> en too
+    before = _snapshot(package)
+    for out in (None, package):
+        with pytest.raises(ValueError, match="without --replace-shipped") as err:
+            ship_model.ship(newer, out)
+        assert "data.corpus 'multi30k', data.src_lang 'de', data.tgt_lang 'en'" in str(err.value)
+        assert _snapshot(package) == before
+    assert ship_model.ship(newer, replace_shipped=True) == package
+    assert _step(package) == 9
+    # Without its record (config.toml), the default folder is still known for multi30k de-en.
+    (package / "config.toml").unlink()
+    with pytest.raises(ValueError, match="data.corpus 'copy' \\(shipped: 'multi30k'\\)"):
+        ship_model.ship(_make_run(tmp_path / "runs" / "copy", DataConfig(corpus="copy")),
+                        replace_shipped=True)  # fmt: skip
+    assert _step(package) == 9
+
+
+def test_main_takes_replace_shipped(ship_model, package, tmp_path, monkeypatch, capsys):
+    newer = _make_run(tmp_path / "runs" / "de_en_r2", step=9)
+    monkeypatch.setattr(sys, "argv", ["ship_model.py", "--run", str(newer)])
+    assert ship_model.main() == 2
+    assert "without --replace-shipped" in capsys.readouterr().err
+    assert _step(package) == 7
+    monkeypatch.setattr(sys, "argv", ["ship_model.py", "--run", str(newer), "--replace-shipped"])
+    assert ship_model.main() == 0
+    assert f"-> {package}" in capsys.readouterr().out
+    assert _step(package) == 9
+
+
+def test_help_explains_replace_shipped(ship_model, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["ship_model.py", "--help"])
+    with pytest.raises(SystemExit):
+        ship_model.main()
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--replace-shipped replace the package's existing shipped model" in text
+    assert "refused anyway for a run of another task, corpus or languages" in text
+
+
+def test_the_real_shipped_models_are_guarded(ship_model, copy_run, run):
+    """The checks alone (they never write) on the package's own folders."""
+    copy_config = ship_model.read_train_config(copy_run / "best")
+    for out in (ship_model.DEFAULT_OUTS["translation"], ship_model.PRETRAINED / "multi30k_de_en"):
+        with pytest.raises(ValueError, match=r"data.corpus 'copy' \(shipped: 'multi30k'\)"):
+            ship_model.check_out(out, copy_run, copy_config, replace_shipped=True)
+    de_en = ship_model.read_train_config(run / "best")
+    with pytest.raises(ValueError, match="without --replace-shipped"):
+        ship_model.check_out(ship_model.DEFAULT_OUTS["translation"], run, de_en)
+    ship_model.check_out(ship_model.DEFAULT_OUTS["translation"], run, de_en, replace_shipped=True)
+    with pytest.raises(ValueError, match=r"task 'translation' \(shipped: 'lm'\)") as err:
+        ship_model.check_out(ship_model.DEFAULT_OUTS["lm"], run, de_en, replace_shipped=True)
+    assert "src_lang" not in str(err.value)  # a language model has no languages to compare
 
 
 def test_average_is_for_language_models(ship_model, run, tmp_path):
