@@ -1,4 +1,4 @@
-"""attnkit.hardware: bfloat16 only where the device computes it natively."""
+"""attnkit.hardware: bfloat16 only where the device computes it natively; the memory free."""
 
 from __future__ import annotations
 
@@ -108,3 +108,33 @@ def test_mkl_gemv_is_generic_only_where_mkl_meets_another_vendor(vendor, mkl, ge
     monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: mkl)
     assert hardware.mkl_gemv_is_generic() is generic
     assert hardware.mkl_gemv_is_fast() is (mkl and vendor == "GenuineIntel")
+
+
+def test_available_memory_is_known_on_this_machine():
+    free = hardware.available_memory(torch.device("cpu"))
+    assert free is not None and free > 0
+    assert hardware.available_memory(torch.device("meta")) is None
+
+
+def test_available_memory_reads_meminfo_and_the_cgroup_limit(monkeypatch):
+    import io
+
+    files = {
+        "/proc/meminfo": "MemTotal: 32000000 kB\nMemAvailable:   8000000 kB\n",
+        "/sys/fs/cgroup/memory.max": "4294967296\n",  # 4 GiB
+        "/sys/fs/cgroup/memory.current": "3221225472\n",  # 3 GiB used ...
+        "/sys/fs/cgroup/memory.stat": "anon 1\ninactive_file 536870912\nfile 2\n",  # 0.5 GiB cache
+    }
+
+    def fake_open(path, *args, **kwargs):
+        if path not in files:
+            raise FileNotFoundError(path)
+        return io.StringIO(files[path])
+
+    monkeypatch.setattr(hardware, "open", fake_open, raising=False)
+    cpu = torch.device("cpu")
+    assert hardware.available_memory(cpu) == (1 << 30) + (1 << 29)  # 4 - 3 + 0.5 GiB
+    files["/sys/fs/cgroup/memory.max"] = "max\n"
+    assert hardware.available_memory(cpu) == 8_000_000 * 1024
+    del files["/proc/meminfo"]
+    assert hardware.available_memory(cpu) is None

@@ -18,6 +18,7 @@ import os
 import torch
 
 __all__ = [
+    "available_memory",
     "cpu_attention_has_amx",
     "cpu_has_fast_bf16",
     "cpu_float_vector_width",
@@ -148,3 +149,40 @@ def fast_inference_dtype(device: torch.device | str) -> torch.dtype:
     if device.type == "cpu" and cpu_has_fast_bf16():
         return torch.bfloat16
     return torch.float32
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes that a new allocation on ``device`` can still get, or None if unknown.
+
+    CPU: the smaller of Linux's ``MemAvailable`` and the cgroup's ``memory.max`` less its
+    ``memory.current`` plus its reclaimable ``inactive_file`` (a container's limit, which the
+    kernel enforces by killing). CUDA:
+    ``torch.cuda.mem_get_info``. Other devices: unknown (not checked).
+    """
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    if device.type != "cpu":
+        return None
+    found = []
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit != "max":
+            with open("/sys/fs/cgroup/memory.current") as f:
+                current = int(f.read().strip())
+            # The cgroup counts page cache too; its inactive part is reclaimed before a kill.
+            with open("/sys/fs/cgroup/memory.stat") as f:
+                stat = dict(line.split() for line in f if line.count(" ") == 1)
+            reclaimable = int(stat.get("inactive_file", 0))
+            found.append(max(int(limit) - current + reclaimable, 0))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None

@@ -1,11 +1,11 @@
-"""attnkit.decoding.memory_bound: the estimate of what a search allocates, and the memory
-the machine has free. (The searches' refusals are in test_bounds.py.)"""
+"""attnkit.decoding.memory_bound: the estimate of what a search allocates. (The memory the
+machine has free is tested in tests/test_hardware.py; the searches' refusals in
+test_bounds.py.)"""
 
 from __future__ import annotations
 
 import torch
 
-from attnkit.decoding import memory_bound
 from attnkit.decoding.memory_bound import decoding_memory
 from attnkit.decoding.state import prefill
 from tests.helpers.decoding import pad_batch, random_sources
@@ -28,33 +28,3 @@ def test_memory_estimate_covers_what_decoding_allocates(random_model):
                                src_len=src.shape[1], use_cache=True)  # fmt: skip
     assert estimate >= cache_bytes + lprobs + tokens
     assert estimate <= 2 * (cache_bytes + lprobs + tokens)  # an estimate, not a wild bound
-
-
-def test_available_memory_is_known_on_this_machine():
-    free = memory_bound.available_memory(torch.device("cpu"))
-    assert free is not None and free > 0
-    assert memory_bound.available_memory(torch.device("meta")) is None
-
-
-def test_available_memory_reads_meminfo_and_the_cgroup_limit(monkeypatch):
-    import io
-
-    files = {
-        "/proc/meminfo": "MemTotal: 32000000 kB\nMemAvailable:   8000000 kB\n",
-        "/sys/fs/cgroup/memory.max": "4294967296\n",  # 4 GiB
-        "/sys/fs/cgroup/memory.current": "3221225472\n",  # 3 GiB used ...
-        "/sys/fs/cgroup/memory.stat": "anon 1\ninactive_file 536870912\nfile 2\n",  # 0.5 GiB cache
-    }
-
-    def fake_open(path, *args, **kwargs):
-        if path not in files:
-            raise FileNotFoundError(path)
-        return io.StringIO(files[path])
-
-    monkeypatch.setattr(memory_bound, "open", fake_open, raising=False)
-    cpu = torch.device("cpu")
-    assert memory_bound.available_memory(cpu) == (1 << 30) + (1 << 29)  # 4 - 3 + 0.5 GiB
-    files["/sys/fs/cgroup/memory.max"] = "max\n"
-    assert memory_bound.available_memory(cpu) == 8_000_000 * 1024
-    del files["/proc/meminfo"]
-    assert memory_bound.available_memory(cpu) is None

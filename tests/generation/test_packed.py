@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 import attnkit.generation.packed as packed
+from attnkit import hardware
 from attnkit.generation import GenerationConfig, generate
 from attnkit.generation.packed import linear, packed_linears, packed_weight, release
 from attnkit.models import GPT, GPTConfig
@@ -61,20 +62,18 @@ def test_bfloat16_is_packed_in_float32_where_onednn_has_no_bfloat16_kernels():
 def test_bfloat16_in_float32_only_where_the_copies_fit(monkeypatch):
     """The float32 copies of a bfloat16 model are made only if they fit in half of the memory
     still available; otherwise its layers keep F.linear within packed_linears."""
-    import attnkit.decoding.memory_bound as memory_bound
-
     monkeypatch.setattr(packed, "_bf16_in_float32", lambda d: d == torch.bfloat16)
     model = tiny_gpt().to(torch.bfloat16)
     linears = [m for m in model.modules() if type(m) is nn.Linear]
     need = sum(m.weight.numel() * 4 for m in linears)
-    monkeypatch.setattr(memory_bound, "available_memory", lambda device: 2 * need - 1)
+    monkeypatch.setattr(hardware, "available_memory", lambda device: 2 * need - 1)
     with packed_linears(model):
         assert not any("forward" in m.__dict__ for m in linears)
-    monkeypatch.setattr(memory_bound, "available_memory", lambda device: 2 * need)
+    monkeypatch.setattr(hardware, "available_memory", lambda device: 2 * need)
     with packed_linears(model):
         assert all("forward" in m.__dict__ for m in linears)
     # once made, the copies are not counted again (they already hold their memory)
-    monkeypatch.setattr(memory_bound, "available_memory", lambda device: 0)
+    monkeypatch.setattr(hardware, "available_memory", lambda device: 0)
     with packed_linears(model):
         assert all("forward" in m.__dict__ for m in linears)
     release(model)
@@ -307,9 +306,7 @@ def test_no_float16_copy_for_tiny_weights_or_without_the_memory(monkeypatch, why
             module.weight.copy_(tiny.to(torch.bfloat16))
         assert bool((module.weight != 0).all())
     if why == "memory":
-        import attnkit.decoding.memory_bound as memory_bound
-
-        monkeypatch.setattr(memory_bound, "available_memory", lambda device: 1024 * 8 * 11)
+        monkeypatch.setattr(hardware, "available_memory", lambda device: 1024 * 8 * 11)
     weight = packed_weight(module)
     calls = _count_float16(monkeypatch)
     row = torch.randn(1, 8).to(torch.bfloat16)

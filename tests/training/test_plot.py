@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import matplotlib  # noqa: F401  (a dev dependency: missing must fail, not skip)
 import pytest
@@ -20,6 +21,24 @@ def test_plot_writes_a_png(tmp_path):
     out = plot_val_loss(metrics, tmp_path / "docs" / "val.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main([str(metrics), str(tmp_path / "again.png")]) == 0
+
+
+def test_a_failed_write_keeps_the_old_png_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    metrics = tmp_path / "metrics.jsonl"
+    rows = [{"step": s, "val_loss": 4.0 / s, "elapsed_sec": 60.0 * s} for s in (1, 2)]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "plots" / "val.png"
+    out.parent.mkdir()
+    out.write_bytes(b"the old plot")
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full_disk)  # the last step of an atomic write
+    with pytest.raises(OSError, match="No space left on device"):
+        plot_val_loss(metrics, out)
+    assert out.read_bytes() == b"the old plot"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["val.png"]
 
 
 def test_plot_needs_evaluations(tmp_path, capsys):

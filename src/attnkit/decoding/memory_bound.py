@@ -2,20 +2,20 @@
 
 "Memory" here is the device's (RAM or GPU memory), not the encoder output that the decoder
 attends to. :func:`decoding_memory` estimates from the sizes alone what a search allocates (its
-KV caches, scores and token buffer); :func:`available_memory` asks the operating system (and a
-container's cgroup) what a new allocation can still get; :func:`check_decoding_memory`
-compares the two and raises a ValueError naming both and the largest beam that fits.
-:func:`~attnkit.decoding.generate.greedy_search` and
+KV caches, scores and token buffer); :func:`available_memory` (:mod:`attnkit.hardware`'s,
+re-exported here) asks the operating system (and a container's cgroup) what a new allocation
+can still get; :func:`check_decoding_memory` compares the two and raises a ValueError naming
+both and the largest beam that fits. :func:`~attnkit.decoding.generate.greedy_search` and
 :func:`~attnkit.decoding.generate.beam_search` call it before they allocate, and
 :class:`~attnkit.decoding.Translator` splits its batches to stay under half of what is free.
 """
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from attnkit.decoding.config import DecodingConfig
+from attnkit.hardware import available_memory
 
 __all__ = ["available_memory", "check_decoding_memory", "decoding_memory"]
 
@@ -46,43 +46,6 @@ def decoding_memory(
     else:
         total += rows * num_positions * (c.tgt_vocab_size * elem + 4 * layers * d * elem)
     return total
-
-
-def available_memory(device: torch.device) -> int | None:
-    """Bytes that a new allocation on ``device`` can still get, or None if unknown.
-
-    CPU: the smaller of Linux's ``MemAvailable`` and the cgroup's ``memory.max`` less its
-    ``memory.current`` plus its reclaimable ``inactive_file`` (a container's limit, which the
-    kernel enforces by killing). CUDA:
-    ``torch.cuda.mem_get_info``. Other devices: unknown (not checked).
-    """
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free)
-    if device.type != "cpu":
-        return None
-    found = []
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    found.append(int(line.split()[1]) * 1024)
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        with open("/sys/fs/cgroup/memory.max") as f:
-            limit = f.read().strip()
-        if limit != "max":
-            with open("/sys/fs/cgroup/memory.current") as f:
-                current = int(f.read().strip())
-            # The cgroup counts page cache too; its inactive part is reclaimed before a kill.
-            with open("/sys/fs/cgroup/memory.stat") as f:
-                stat = dict(line.split() for line in f if line.count(" ") == 1)
-            reclaimable = int(stat.get("inactive_file", 0))
-            found.append(max(int(limit) - current + reclaimable, 0))
-    except (OSError, ValueError):
-        pass
-    return min(found) if found else None
 
 
 def _gib(n: int) -> str:

@@ -94,6 +94,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit import hardware
 from attnkit.generation import blas, hugepages
 from attnkit.hardware import mkl_gemv_is_fast, mkl_gemv_is_generic
 from attnkit.modules.feed_forward import FeedForward
@@ -169,9 +170,8 @@ def _float32_copies_fit(model: nn.Module) -> bool:
                 need += weight.numel() * 4
     if need == 0:
         return True
-    from attnkit.decoding.memory_bound import available_memory  # (decoding imports this module)
 
-    free = available_memory(torch.device("cpu"))
+    free = hardware.available_memory(torch.device("cpu"))
     return free is None or 2 * need <= free
 
 
@@ -393,9 +393,7 @@ def _make_half(weight: Tensor, bias: Tensor | None) -> tuple[object, Tensor] | N
     holds every scaled weight exactly (bfloat16's 8 significant bits fit from 2^-17 up: values
     2^31 below the largest one) and the copy, with the float32 one made on the way, fits in
     half of the memory still available; else None."""
-    from attnkit.decoding.memory_bound import available_memory  # (decoding imports this module)
-
-    free = available_memory(torch.device("cpu"))
+    free = hardware.available_memory(torch.device("cpu"))
     if free is not None and 2 * weight.numel() * (4 + 2) > free:
         return None
     with torch.no_grad():

@@ -6,10 +6,12 @@ python -m attnkit.training.plot runs/de_en/metrics.jsonl docs/multi30k_val_loss.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 from pathlib import Path
 
+from attnkit.files import write_file
 from attnkit.training.metrics_log import read_metrics
 
 
@@ -19,7 +21,8 @@ def plot_val_loss(
     *,
     title: str | None = None,
 ) -> Path:
-    """Draws ``val_loss`` (y) against ``elapsed_sec / 60`` (x) and writes a PNG.
+    """Draws ``val_loss`` (y) against ``elapsed_sec / 60`` (x) and writes a PNG, whole or
+    not at all (:func:`~attnkit.files.write_file`: temporary file, fsync, rename).
 
     Args:
         metrics_path: A run's ``metrics.jsonl``.
@@ -68,10 +71,11 @@ def plot_val_loss(
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
+    image = io.BytesIO()  # rendered in memory, then written whole or not at all
+    fig.savefig(image, format="png")
     plt.close(fig)
-    return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return write_file(out, image.getvalue())
 
 
 def main(argv: list[str] | None = None) -> int:
