@@ -504,7 +504,7 @@ def _nested(folder: Path) -> None:
         (_user_files, r"it holds \['figures', 'thesis.tex'\], which attnkit does not write"),
         (_hf_folder, r"neither attnkit's writer mark in model.safetensors nor"),
         (_only_config, r"neither attnkit's writer mark .* \"model\" section in config.json"),
-        (_run_folder, r"it holds \['last'\]"),
+        (_run_folder, r"it is a training run folder \(it holds \['last'\]\), not a model"),
         (_file, r"a file, not a folder"),
         (_symlink, r"a symbolic link"),
         (_nested, r"it holds \['config.json'\]"),
@@ -698,3 +698,57 @@ def test_outputs_never_go_inside_a_model_folder_or_a_runs_kept_checkpoints(tmp_p
     (hf / CONFIG_FILE).write_text('{"model_type": "bert"}')
     (hf / WEIGHTS_FILE).write_bytes(b"")
     check_outside_models(hf / "runs" / "de_en", "--out")
+
+
+def test_output_files_never_go_into_the_model_read_or_a_model_folder_attnkit_wrote(tmp_path):
+    """`translate -o RUN/last/out.txt` (reading RUN/best), `attention --out RUN/best/a.html`
+    and `walkthrough --plot RUN/best/w.png` were accepted: the stray file then stopped the run
+    from resuming (`last`) or saving (`best`). One rule for every output file."""
+    run = tmp_path / "run"
+    for name in ("last", "best"):
+        good_folder(run / name)
+    (run / "steps").mkdir()
+    hf = tmp_path / "hf"  # another tool's folder: guarded only while it is the model read
+    hf.mkdir()
+    (hf / mf.CONFIG_FILE).write_text('{"model_type": "bert"}')
+    (hf / mf.WEIGHTS_FILE).write_bytes(b"")
+    (tmp_path / "link.txt").symlink_to(run / "best" / "x.txt")  # followed, as it is written
+    for out, model, message in [
+        (run / "last" / "out.txt", run / "best", f"is inside the model folder '{run / 'last'}', "
+         "which must hold its own files only (a run could no longer resume from it or save "
+         "it); choose another place"),
+        (run / "best" / "attn.html", None, f"is inside the model folder '{run / 'best'}'"),
+        (tmp_path / "link.txt", None, f"is inside the model folder '{run / 'best'}'"),
+        (run / "steps" / "w.png", None, f"is inside '{run / 'steps'}', the checkpoints a run "
+         "keeps for `attnkit average`; choose another place"),
+        (hf / "attn.html", hf, f"is inside the model folder '{hf}'; writing there would change "
+         "the model: choose another place"),
+    ]:  # fmt: skip
+        with pytest.raises(
+            ValueError, match=f"^--out: '{re.escape(str(out))}' {re.escape(message)}"
+        ):
+            mf.check_output_file(out, "--out", model=model)
+    for out, model in [(run / "out.txt", run / "best"), (hf / "a.html", None),
+                       (tmp_path / "best.png", run / "best"), (run / "last.png", None)]:  # fmt: skip
+        mf.check_output_file(out, "--out", model=model)  # beside the folders, or not guarded
+
+
+def test_a_run_folder_is_named_as_one_when_it_may_not_be_replaced(tmp_path):
+    """`attnkit average --out OTHER_RUN` said the run "holds ['.attnkit.lock', 'best', 'last'],
+    which attnkit does not write", though attnkit wrote every one of them."""
+    run = tmp_path / "run"
+    for name in ("last", "best"):
+        good_folder(run / name)
+    (run / mf.RUN_LOCK_FILE).write_text("")
+    (run / "metrics.jsonl").write_text("{}\n")
+    with pytest.raises(ValueError) as caught:
+        mf.check_replaceable(run, what="--out")
+    assert str(caught.value) == (
+        f"--out '{run}': refusing to replace it: it is a training run folder (it holds "
+        "['.attnkit.lock', 'best', 'last']), not a model folder; give a new folder (a run "
+        "folder is never replaced)"
+    )
+    assert mf.foreign_entries(run) == [".attnkit.lock", "best", "last"]
+    (run / mf.RUN_LOCK_FILE).unlink()  # its checkpoints alone say what it is
+    with pytest.raises(ValueError, match=r"it is a training run folder \(it holds \['best',"):
+        mf.check_replaceable(run, what="--out")

@@ -1,9 +1,10 @@
 """Model folders: the one place that knows their files, reads them with clear errors and
 writes them atomically, and tells what kind of model a folder holds.
 
-Length: about 700 lines, over the house's ~400, on purpose: issue 14 asked for *one* module
+Length: about 850 lines, over the house's ~400, on purpose: issue 14 asked for *one* module
 that knows the folder format, and its parts lean on each other (the writer recognises a
-folder it may replace with the reader, recovery uses the writer's temporary names, the
+folder it may replace with the reader, the rule for where outputs may go guards the folders
+the writer recognises, recovery uses the writer's temporary names, the
 kinds the reader tells apart are the ones :mod:`attnkit.pretrained_loading` loads by).
 Splitting them would put the file names and the recognition rule back in two places.
 
@@ -28,7 +29,9 @@ and deletes the old one. Only complete folders ever carry the name ``NAME`` or
 (:func:`check_replaceable`): a folder holding only the files of :data:`FOLDER_FILES`, whose
 weights carry attnkit's writer mark or whose ``config.json`` has attnkit's ``"model"`` section;
 anything else (a folder of user files, a run folder, a file) is refused before anything is
-written.
+written. So nothing else may be written into such a folder either: folder outputs go outside
+it (:func:`check_outside_models`), and so do the files commands write
+(:func:`check_output_file`).
 """
 
 from __future__ import annotations
@@ -163,6 +166,9 @@ def _json_type(value: Any) -> str:
 
 
 RUN_MODELS = ("best", "last")  # the model folders inside a training run's folder
+# The lock file every training run leaves in its folder (training.run_folder's LOCK_FILE; this
+# module sits below training).
+RUN_LOCK_FILE = ".attnkit.lock"
 
 
 def read_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
@@ -575,6 +581,36 @@ def is_attnkit_folder(folder: str | os.PathLike[str], extra_files: Iterable[str]
     return _unrecognised(Path(folder), frozenset(extra_files)) is None
 
 
+def replace_refusal(folder: str | os.PathLike[str], extra_files: Iterable[str] = ()) -> str | None:
+    """Why :func:`check_replaceable` refuses ``folder`` (e.g. ``"it holds ['notes.txt'],
+    which attnkit does not write"``), or None when it may be replaced."""
+    return _unrecognised(Path(folder), frozenset(extra_files))
+
+
+def foreign_entries(folder: str | os.PathLike[str], extra_files: Iterable[str] = ()) -> list[str]:
+    """The names in ``folder`` that attnkit does not write into a model folder (anything but
+    the regular files of :data:`FOLDER_FILES` and ``extra_files``), sorted; empty when
+    ``folder`` is not a folder."""
+    folder = Path(folder)
+    if folder.is_symlink() or not folder.is_dir():
+        return []
+    allowed = FOLDER_FILES | frozenset(extra_files)
+    return sorted(
+        p.name
+        for p in folder.iterdir()
+        if p.name not in allowed or not p.is_file() or p.is_symlink()
+    )
+
+
+def is_run_folder(folder: str | os.PathLike[str]) -> bool:
+    """Whether ``folder`` is a training run's folder (``attnkit train --out``): it holds the
+    run's lock file or a ``best``/``last`` model folder."""
+    folder = Path(folder)
+    return (folder / RUN_LOCK_FILE).is_file() or any(
+        (folder / name / CONFIG_FILE).is_file() for name in RUN_MODELS
+    )
+
+
 def _unrecognised(folder: Path, extra: frozenset[str]) -> str | None:
     """Why ``folder`` is not a replaceable attnkit folder, or None if it is (or is absent)."""
     if folder.is_symlink():
@@ -583,13 +619,11 @@ def _unrecognised(folder: Path, extra: frozenset[str]) -> str | None:
         return None
     if not folder.is_dir():
         return "a file, not a folder"
-    entries = list(folder.iterdir())
-    if not entries:
+    if not any(folder.iterdir()):
         return None
-    allowed = FOLDER_FILES | extra
-    foreign = [
-        p.name for p in entries if p.name not in allowed or not p.is_file() or p.is_symlink()
-    ]
+    foreign = foreign_entries(folder, extra)
+    if foreign and is_run_folder(folder):
+        return f"it is a training run folder (it holds {_names(foreign, 5)}), not a model folder"
     if foreign:
         return f"it holds {_names(foreign, 5)}, which attnkit does not write"
     if _has_attnkit_marks(folder):
@@ -622,6 +656,36 @@ def _written_by_attnkit(folder: Path) -> bool:
         return False
 
 
+def _guarding_folder(path: str | os.PathLike[str]) -> tuple[Path, bool] | None:
+    """The nearest folder above ``path`` (resolved) that nothing else may be written into:
+    ``(folder, True)`` for a model folder attnkit wrote, ``(folder, False)`` for a run's kept
+    checkpoints (``steps/`` beside ``last`` or ``best``); None when there is none."""
+    target = Path(path).resolve()
+    for parent in target.parents:
+        if _written_by_attnkit(parent):
+            return parent, True
+        if parent.name == "steps" and any((parent.parent / n).is_dir() for n in RUN_MODELS):
+            return parent, False
+    return None
+
+
+def _check_unguarded(path: str | os.PathLike[str], prefix: str, advice: str) -> None:
+    """Raises a ValueError ``"{prefix} {the folder}, {why}; {advice}"`` when a folder above
+    ``path`` is one :func:`_guarding_folder` finds."""
+    found = _guarding_folder(path)
+    if found is None:
+        return
+    parent, is_model = found
+    if is_model:
+        why = (
+            f"the model folder {os.fspath(parent)!r}, which must hold its own files only (a run "
+            "could no longer resume from it or save it)"
+        )
+    else:
+        why = f"{os.fspath(parent)!r}, the checkpoints a run keeps for `attnkit average`"
+    raise ValueError(f"{prefix} {why}; {advice}")
+
+
 def check_outside_models(path: str | os.PathLike[str], what: str) -> None:
     """Raises a ValueError naming ``path`` when a folder above it is a model folder attnkit
     wrote (a run's ``last`` or ``best``, a kept or averaged checkpoint, a shipped model) or a
@@ -629,19 +693,31 @@ def check_outside_models(path: str | os.PathLike[str], what: str) -> None:
     a stray entry in it: the run that owns it could no longer resume (``last`` unreadable) or
     save (``best`` not replaceable). Folders of other tools (a Hugging Face model repository
     with a project inside) are not attnkit's to guard."""
-    target = Path(path).resolve()
-    for parent in target.parents:
-        if _written_by_attnkit(parent):
+    _check_unguarded(path, f"{what} {os.fspath(path)!r}: inside", "choose a folder outside it")
+
+
+def check_output_file(
+    path: str | os.PathLike[str], flag: str, *, model: str | os.PathLike[str] | None = None
+) -> None:
+    """The rule for every file a command writes where the user says (``translate --output``,
+    ``attention --out``, ``walkthrough --plot``): never inside ``model``, the model folder the
+    command reads (of any kind: its files are inputs too), nor inside a folder
+    :func:`check_outside_models` guards (a model folder attnkit wrote, such as a run's
+    ``best`` or ``last``, or a run's kept checkpoints). A file there would change the model,
+    or stop its run from resuming or saving it. Symbolic links are followed.
+
+    Raises:
+        ValueError: Naming ``flag``, ``path`` and the folder.
+    """
+    given = os.fspath(path)
+    if model is not None:
+        folder = Path(os.path.realpath(model))
+        if folder in Path(os.path.realpath(path)).parents:
             raise ValueError(
-                f"{what} {os.fspath(path)!r}: inside the model folder {os.fspath(parent)!r}, "
-                "which must hold its own files only (a run could no longer resume or save it); "
-                "choose a folder outside it"
+                f"{flag}: {given!r} is inside the model folder {str(folder)!r}; writing there "
+                "would change the model: choose another place"
             )
-        if parent.name == "steps" and any((parent.parent / n).is_dir() for n in RUN_MODELS):
-            raise ValueError(
-                f"{what} {os.fspath(path)!r}: inside {os.fspath(parent)!r}, the checkpoints a "
-                "run keeps for `attnkit average`; choose a folder outside it"
-            )
+    _check_unguarded(path, f"{flag}: {given!r} is inside", "choose another place")
 
 
 def check_replaceable(
@@ -651,11 +727,13 @@ def check_replaceable(
     attnkit wrote (only :data:`FOLDER_FILES` and ``extra_files`` in it, and weights with
     attnkit's writer mark or a ``config.json`` with attnkit's ``"model"`` section)."""
     folder = Path(folder)
-    reason = _unrecognised(folder, frozenset(extra_files))
+    reason = replace_refusal(folder, extra_files)
     if reason is not None:
+        advice = "give a new folder or one attnkit wrote"
+        if not folder.is_symlink() and folder.is_dir() and is_run_folder(folder):
+            advice = "give a new folder (a run folder is never replaced)"
         raise ValueError(
-            f"{what} {os.fspath(folder)!r}: refusing to replace it: {reason}; give a new folder "
-            "or one attnkit wrote"
+            f"{what} {os.fspath(folder)!r}: refusing to replace it: {reason}; {advice}"
         )
 
 

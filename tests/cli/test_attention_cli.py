@@ -200,3 +200,33 @@ def test_translation_uses_the_models_search_settings(model_dir, tmp_path):
     plain = tmp_path / "plain.html"
     assert main(["attention", "--model", model_dir, SENTENCE, "--out", str(plain)]) == 0
     assert len({k["id"]: k for k in _page_data(plain)["kinds"]}["cross"]["rows"]) > 3
+
+
+def test_out_is_never_inside_the_model_read_or_a_runs_checkpoint(
+    model_dir, tmp_path, monkeypatch, capsys
+):
+    """`attention --model RUN/best ... --out RUN/best/attn.html` wrote into the model folder
+    it read, and the run could then no longer save its `best`; `--out OTHER/last/a.html` left
+    a stray file in another run's checkpoint. Refused before loading, as `translate -o`."""
+    import shutil
+
+    from attnkit import pretrained_loading
+
+    run = tmp_path / "run"
+    for name in ("best", "last"):
+        shutil.copytree(model_dir, run / name)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    monkeypatch.setattr(
+        pretrained_loading, "load_pretrained", lambda *a, **k: pytest.fail("loaded")
+    )
+    best = str(run / "best")
+    for model, out, message in [
+        (best, run / "best" / "attn.html", f"is inside the model folder '{run / 'best'}'; "
+         "writing there would change the model: choose another place"),
+        (best, run / "last" / "attn.png", f"is inside the model folder '{run / 'last'}', which "
+         "must hold its own files only (a run could no longer resume from it or save it)"),
+    ]:  # fmt: skip
+        assert main(["attention", "--model", model, SENTENCE, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"attnkit attention: error: --out: '{out}' {message}"), err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

@@ -288,6 +288,29 @@ def test_the_output_is_never_inside_the_model_folder(
     assert {p.name: p.read_bytes() for p in model.iterdir()} == before
 
 
+def test_the_output_is_never_inside_another_checkpoint_of_the_run(
+    model_dir, monkeypatch, tmp_path, capsys
+):
+    """`translate --model RUN/best -o RUN/last/out.txt` was accepted, and `train --resume RUN`
+    then found "no `last` checkpoint": one rule for every model folder attnkit wrote."""
+    import shutil
+
+    run = tmp_path / "run"
+    for name in ("best", "last"):
+        shutil.copytree(model_dir, run / name)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    monkeypatch.setattr(loading, "load_translation_model", lambda *a, **k: pytest.fail("loaded"))
+    _stdin(monkeypatch, b"Ein Hund.\n")
+    out = run / "last" / "out.txt"
+    assert main(["translate", "--model", str(run / "best"), "-o", str(out), *FAST]) == 2
+    assert capsys.readouterr().err == (
+        f"attnkit translate: error: --output: {str(out)!r} is inside the model folder "
+        f"{str(run / 'last')!r}, which must hold its own files only (a run could no longer "
+        "resume from it or save it); choose another place\n"
+    )
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
 def test_the_input_file_is_never_the_output(model_dir, monkeypatch, tmp_path, capsys):
     """Before: the German source was replaced by its translation, exit 0."""
     source = tmp_path / "x.de"

@@ -279,3 +279,24 @@ def test_rope_bad_numbers_are_argparse_errors(argv, message, capsys):
         main(["walkthrough", "a b", "--rope", *argv])
     assert exit_info.value.code == 2
     assert f"attnkit walkthrough: error: {message}" in capsys.readouterr().err
+
+
+def test_plot_is_never_inside_a_runs_checkpoint(tmp_path, capsys):
+    """`walkthrough --plot RUN/best/w.png` was accepted: the run could then no longer save its
+    `best` (nor resume, in `last`)."""
+    run = tmp_path / "run"
+    for name in ("best", "last"):
+        (run / name).mkdir(parents=True)
+        (run / name / "config.json").write_text('{"model": {}}')  # attnkit's layout
+        (run / name / "model.safetensors").write_bytes(b"")
+    (run / "steps").mkdir()
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    for out, message in [
+        (run / "best" / "w.png", f"is inside the model folder '{run / 'best'}', which must"),
+        (run / "last" / "w.svg", f"is inside the model folder '{run / 'last'}', which must"),
+        (run / "steps" / "w.png", f"is inside '{run / 'steps'}', the checkpoints a run keeps"),
+    ]:
+        assert main(["walkthrough", "a b", "--plot", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"attnkit walkthrough: error: --plot: '{out}' {message}"), err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

@@ -211,6 +211,21 @@ def test_cli_refusals_are_one_line_and_leave_everything(run_dir, tmp_path, capsy
     assert _snapshot(run_dir) == before
 
 
+def test_cli_out_names_another_run_folder_as_one(run_dir, tmp_path, capsys):
+    """`--out OTHER_RUN` said it "holds ['.attnkit.lock', 'best', 'last'], which attnkit does
+    not write", though attnkit wrote every one of them."""
+    other = tmp_path / "other"
+    shutil.copytree(run_dir, other)
+    before = _snapshot(other)
+    assert main(["average", str(run_dir), "--last", "2", "--out", str(other)]) == 2
+    assert capsys.readouterr().err == (
+        f"attnkit average: error: --out '{other}': refusing to replace it: it is a training "
+        "run folder (it holds ['.attnkit.lock', 'best', 'last', 'steps']), not a model folder; "
+        "give a new folder (a run folder is never replaced)\n"
+    )
+    assert _snapshot(other) == before
+
+
 def test_cli_names_a_run_folder_that_is_missing_or_a_file(tmp_path, capsys):
     assert main(["average", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err

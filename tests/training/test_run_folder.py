@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from attnkit.cli import main
 from attnkit.training.run_folder import LOCK_FILE, RUN_FILES, RunFolder, RunFolderError
 from attnkit.training.trainer import Trainer, train
-from tests.helpers.training import FAST, ROOT, TINY_COPY, fast_config, subprocess_env
+from tests.helpers.training import FAST, ROOT, TINY_COPY, fast_config, subprocess_env, weights
 
 
 def test_a_runs_record_may_sit_in_a_model_folder():
@@ -26,6 +27,7 @@ def test_a_runs_record_may_sit_in_a_model_folder():
 
     record = {run_folder.RUN_CONFIG_FILE, run_folder.METRICS_FILE, run_folder.LOG_FILE}
     assert record == RUN_FILES - {LOCK_FILE, mf.TOKENIZER_FILE}
+    assert mf.RUN_LOCK_FILE == LOCK_FILE  # how model_folder tells a run folder from a model's
     assert record | {mf.CHECKPOINT_STATE_FILE, mf.TOKENIZER_FILE} <= mf.FOLDER_FILES
 
 
@@ -337,3 +339,134 @@ def test_two_runs_started_into_one_folder_do_not_mix(tmp_path):
     assert [r["step"] for r in records if "train_loss" in r] == list(range(1, 61))
     assert json.loads((folder / "last" / "state.json").read_text())["step"] == 60
     assert not list(folder.glob("last.*-*"))
+
+
+def _contents(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` with its bytes (the lock file aside: locking may touch it)."""
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != LOCK_FILE
+    }
+
+
+STRAY_FILES = [  # (files put into the run's checkpoint folders, the folders named)
+    (["last/out.txt"], ["last"]),
+    (["best/attn.html", "best/w.png"], ["best"]),
+    (["last/out.txt", "best/attn.html"], ["last", "best"]),
+    (["steps/step_0000002/notes.txt"], ["steps/step_0000002"]),
+]
+
+
+@pytest.mark.parametrize("stray,named", STRAY_FILES, ids=["+".join(n) for _, n in STRAY_FILES])
+def test_a_resume_is_refused_before_any_step_when_it_could_not_save(tmp_path, stray, named):
+    """A file in `last` gave "no `last` checkpoint" (it is there); files in `best` let the
+    resume train, evaluate, and then fail to save `best`: its steps were lost, at every retry.
+    Now the resume names the files and what to do before it trains a step, and the files stay."""
+    run = tmp_path / "run"
+    keep = ["optim.val_bleu=false", "optim.save_every=2", "optim.keep_checkpoints=2"]
+    train(fast_config("optim.max_steps=4", *keep), run, progress=False)
+    assert (run / "steps" / "step_0000002").is_dir()
+    for name in stray:
+        (run / name).write_text("a user's file")
+    before = _contents(run)
+    with pytest.raises(RunFolderError) as caught:
+        train(fast_config("optim.max_steps=8", *keep), run, resume=True, progress=False)
+    message = str(caught.value)
+    assert message.startswith(f"--resume '{run}': checkpoint folder '{run / named[0]}': ")
+    for folder in named:
+        names = sorted(Path(s).name for s in stray if s.startswith(folder + "/"))
+        assert (
+            f"checkpoint folder '{run / folder}': refusing to replace it: it holds {names}, "
+            "which attnkit does not write" in message
+        )
+    assert message.endswith(
+        "; move the files attnkit did not write out of "
+        + ("it" if len(named) == 1 else "these folders")
+        + " (attnkit never deletes or replaces files it did not write), then run "
+        f"`attnkit train --resume {run}` again; nothing was trained"
+    )
+    assert _contents(run) == before  # no step, no log line, every file where it was
+    for name in stray:  # moved out, the resume goes on
+        (run / name).rename(tmp_path / Path(name).name)
+    assert (
+        train(fast_config("optim.max_steps=6", *keep), run, resume=True, progress=False).step == 6
+    )
+
+
+def test_the_cli_resume_names_the_stray_file(tmp_path, capsys):
+    """The QA report's case: `translate -o RUN/last/out.txt` (refused now) had left a file in
+    `last`, and `train --resume RUN` said there was no `last` checkpoint."""
+    run = tmp_path / "run"
+    train(fast_config("optim.max_steps=2", "optim.val_bleu=false"), run, progress=False)
+    (run / "last" / "out.txt").write_text("a translation")
+    assert main(["train", "--no-progress", "--resume", str(run), "--max-steps", "4"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"attnkit train: error: --resume '{run}': checkpoint folder '{run / 'last'}': refusing "
+        "to replace it: it holds ['out.txt'], which attnkit does not write; move the files "
+        "attnkit did not write out of it"
+    ), err
+    assert "no `last` checkpoint" not in err and "Traceback" not in err
+
+
+def test_files_put_into_best_during_the_run_cost_no_step(tmp_path, caplog):
+    """A file put into `best` while the run trains: the run refuses to replace `best`, saves
+    `last` first (so that its steps are kept), and stops saying what to do; the resume then
+    writes the `best` that was due and goes on."""
+    run = tmp_path / "run"
+    scores = iter([1.0, 2.0])  # step 2, then a new best at step 4, when best/ holds a file
+
+    def hook(model):
+        score = next(scores)
+        if score == 2.0:
+            (run / "best" / "notes.txt").write_text("mine")
+        return {"val_bleu": score}
+
+    config = fast_config("optim.max_steps=6", "optim.eval_every=2")
+    with pytest.raises(RunFolderError) as caught:
+        train(config, run, eval_hook=hook, progress=False)
+    assert str(caught.value) == (
+        f"checkpoint folder '{run / 'best'}': refusing to replace it: it holds ['notes.txt'], "
+        "which attnkit does not write; move the files attnkit did not write out of it (attnkit "
+        f"never deletes or replaces files it did not write), then run `attnkit train --resume "
+        f"{run}` again; the run's steps up to 4 are saved in '{run / 'last'}'"
+    )
+    assert json.loads((run / "last" / "state.json").read_text())["step"] == 4
+    assert json.loads((run / "best" / "state.json").read_text())["step"] == 2
+    assert (run / "best" / "notes.txt").read_text() == "mine"
+    step4 = weights(run, "last")
+    (run / "best" / "notes.txt").rename(tmp_path / "notes.txt")
+    with caplog.at_level("INFO"):
+        result = train(config, run, resume=True, eval_hook=lambda m: {"val_bleu": 0.0},
+                       progress=False)  # fmt: skip
+    assert result.step == 6 and result.best_value == 2.0
+    assert "saving the best checkpoint of step 4, which was not saved" in caplog.text
+    assert json.loads((run / "best" / "state.json").read_text())["step"] == 4
+    best = weights(run, "best")
+    assert all(torch.equal(best[k], step4[k]) for k in step4)
+
+
+def test_a_kept_step_checkpoint_holding_a_users_file_is_not_deleted(tmp_path, monkeypatch, caplog):
+    """With keep_checkpoints the run deletes its older steps/ checkpoints: one a user put a
+    file into during the run was deleted with the file."""
+    run = tmp_path / "run"
+    calls = []
+    original = Trainer._train_step
+
+    def step(self, batches):
+        calls.append(1)
+        if len(calls) == 3:  # steps/step_0000002 is there
+            (run / "steps" / "step_0000002" / "notes.txt").write_text("mine")
+        return original(self, batches)
+
+    monkeypatch.setattr(Trainer, "_train_step", step)
+    config = fast_config(
+        "optim.max_steps=6", "optim.save_every=2", "optim.keep_checkpoints=1",
+        "optim.val_bleu=false",
+    )  # fmt: skip
+    with caplog.at_level("WARNING"):
+        train(config, run, progress=False)
+    assert (run / "steps" / "step_0000002" / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in (run / "steps").iterdir()) == ["step_0000002", "step_0000006"]
+    assert f"kept {run / 'steps' / 'step_0000002'}, not deleting it: it holds" in caplog.text

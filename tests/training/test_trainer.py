@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 import torch
@@ -223,3 +224,24 @@ def test_an_interrupt_is_logged_with_the_step_a_resume_continues_from(tmp_path, 
     assert log[-1].endswith(
         f"interrupted; the last checkpoint is step 4: continue with attnkit train --resume {run}"
     )
+
+
+def test_a_run_without_validation_data_says_so_at_the_end(tmp_path):
+    """Training files without val_* ended with "...; best - - at step 0"."""
+    words = ["ein", "hund", "katze", "läuft", "schnell", "rot", "blau", "haus"]
+    lines = [" ".join(words[(i + j) % 8] for j in range(2 + i % 4)) for i in range(60)]
+    for name in ("src.de", "tgt.en"):
+        (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    config = fast_config(
+        "data.corpus=", "optim.max_steps=2", *(i.format(d=tmp_path) for i in SRC_TGT)
+    )
+    result = train(config, tmp_path / "run", progress=False)
+    assert result.step == 2 and result.best_value is None
+    last_line = (tmp_path / "run" / "train.log").read_text().splitlines()[-1]
+    assert re.search(
+        r"stopped at step 2 \(epoch [\d.]+\) by max_steps after [\d.]+ min; no validation "
+        r"data, so no evaluation and no `best` checkpoint \(only `last`\)$",
+        last_line,
+    ), last_line
+    assert "best -" not in last_line and "at step 0" not in last_line
+    assert not (tmp_path / "run" / "best").exists() and (tmp_path / "run" / "last").is_dir()

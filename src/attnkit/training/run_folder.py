@@ -10,6 +10,11 @@ Rules (``attnkit train`` and :class:`~attnkit.training.Trainer` follow them):
   and left exactly as it was, whether it holds another run (resume it, or choose a new folder)
   or files attnkit did not write.
 * A resume needs a folder holding a run with a ``last`` checkpoint.
+* A run replaces its checkpoint folders (``last``, ``best``, and with ``keep_checkpoints``
+  deletes its old ``steps/`` ones) only when they hold nothing but what attnkit wrote: files
+  a user put there are never deleted. So it checks them before its first step
+  (:meth:`RunFolder.check_checkpoints`), new run and resume alike, and refuses to start,
+  naming the files and saying to move them out, rather than train and then fail to save.
 * A new run that fails while it is set up (unreadable data, a tokenizer that cannot be
   trained, an interrupt) takes back what it made (:meth:`RunFolder.discard_new`): the run
   files it created, then the folders it created if they are empty. Files and folders that
@@ -27,11 +32,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from attnkit.model_folder import TOKENIZER_FILE, check_outside_models, is_attnkit_folder
+from attnkit.model_folder import (
+    RUN_MODELS,
+    TOKENIZER_FILE,
+    check_outside_models,
+    foreign_entries,
+    is_attnkit_folder,
+    replace_refusal,
+)
 from attnkit.training.checkpoint import find_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -159,11 +172,18 @@ class RunFolder:
         """Locks a run folder and returns its ``last`` checkpoint.
 
         Raises:
-            RunFolderError: If the folder holds no ``last`` checkpoint or another process
-                holds its lock.
+            RunFolderError: If the folder holds no ``last`` checkpoint, one the run may not
+                replace (:meth:`check_checkpoints`: files attnkit did not write in it, named
+                with what to do), or another process holds its lock.
         """
         check_run_folder(self.path, "--resume")
         if self.last_checkpoint() is None:
+            found = find_checkpoint(self.path / "last")
+            if found is not None:  # a checkpoint, with something attnkit did not write
+                refusal = self.refusal([found, *self.blocked_checkpoints(["best"])])
+                raise RunFolderError(
+                    f"--resume {os.fspath(self.path)!r}: {refusal}; nothing was trained"
+                )
             raise RunFolderError(f"--resume {os.fspath(self.path)!r}: no `last` checkpoint")
         self.lock()
         found = self.last_checkpoint()
@@ -171,6 +191,47 @@ class RunFolder:
             self.unlock()
             raise RunFolderError(f"--resume {os.fspath(self.path)!r}: no `last` checkpoint")
         return found
+
+    def blocked_checkpoints(self, names: Iterable[str] = RUN_MODELS) -> list[Path]:
+        """The checkpoint folders among ``names`` (paths relative to the run folder, e.g.
+        ``last``, ``best``, ``steps/step_0000100``) that exist and that the run may not
+        replace (:func:`attnkit.model_folder.check_replaceable`): files attnkit did not write
+        in them, most often. The refusal protects those files; the run must not find out
+        only when it saves."""
+        return [self.path / n for n in names if replace_refusal(self.path / n) is not None]
+
+    def check_checkpoints(self, names: Iterable[str] = RUN_MODELS, *, what: str) -> None:
+        """Raises :class:`RunFolderError` naming ``what`` (the option, e.g. ``--resume``)
+        if the run may not replace one of its checkpoint folders ``names``
+        (:meth:`blocked_checkpoints`), before anything is trained: a run that could not save
+        them would lose its steps. The message names the folders, the files attnkit did not
+        write in them, and says to move them out."""
+        blocked = self.blocked_checkpoints(names)
+        if blocked:
+            raise RunFolderError(
+                f"{what} {os.fspath(self.path)!r}: {self.refusal(blocked)}; nothing was trained"
+            )
+
+    def refusal(self, folders: Iterable[Path]) -> str:
+        """Why the run may not replace ``folders`` and what to do: each folder with its
+        reason (most often the files attnkit did not write in it), then the advice to move
+        those out and resume. Empty when all of them may be replaced."""
+        folders = [f for f in folders if replace_refusal(f) is not None]
+        if not folders:
+            return ""
+        parts = [
+            f"checkpoint folder {os.fspath(f)!r}: refusing to replace it: {replace_refusal(f)}"
+            for f in folders
+        ]
+        it = "it" if len(folders) == 1 else "these folders"
+        if any(foreign_entries(f) for f in folders):
+            move = f"move the files attnkit did not write out of {it}"
+        else:
+            move = f"move {it} aside"
+        return (
+            f"{'; '.join(parts)}; {move} (attnkit never deletes or replaces files it did not "
+            f"write), then run `attnkit train --resume {os.fspath(self.path)}` again"
+        )
 
     def lock(self) -> None:
         """Takes the folder's writer lock, without waiting.

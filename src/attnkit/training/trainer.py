@@ -13,9 +13,13 @@ optimizer, schedule, grad scaler, every rank's RNG states (:mod:`.run_state`) an
 position. ``resume=True`` restores all of it, so an interrupted run continues with the very
 batches, dropout masks and learning rates it would have used. When the run stops and what
 share of its budget is spent is :mod:`.budget`'s; which folders it may write is
-:mod:`.run_folder`'s (one writer at a time).
+:mod:`.run_folder`'s (one writer at a time). Before its first step a run checks that it may
+replace every checkpoint folder it will write later (files a user put into ``best`` or
+``last`` are never replaced, so a run that found out only when saving would lose its steps);
+a folder that becomes unreplaceable during the run is refused on every rank, ``last`` being
+saved first when it is ``best``.
 
-Length: about 500 lines, over the house's ~400, because setup, the step, evaluation
+Length: about 650 lines, over the house's ~400, because setup, the step, evaluation
 bookkeeping and checkpoint save/restore all read and write the same handful of objects
 (model, optimizer, schedule, scaler, run state); the parts that stand alone are their own
 modules (task, translation, lm, budget, run_state, run_folder, optim, metrics_log).
@@ -56,7 +60,13 @@ from attnkit.training.distributed import (
 from attnkit.training.metrics_log import MetricsLog, TrainMeter, add_file_handler
 from attnkit.training.optim import build_optimizer, check_threads, default_threads
 from attnkit.training.precision import resolve_autocast
-from attnkit.training.run_folder import LOG_FILE, METRICS_FILE, RUN_CONFIG_FILE, RunFolder
+from attnkit.training.run_folder import (
+    LOG_FILE,
+    METRICS_FILE,
+    RUN_CONFIG_FILE,
+    RunFolder,
+    RunFolderError,
+)
 from attnkit.training.run_state import (
     RunState,
     load_resume_states,
@@ -166,7 +176,9 @@ class Trainer:
         (:meth:`~attnkit.training.run_folder.RunFolder.discard_new`).
 
         Raises:
-            ValueError: If the run folder may not be used (see :mod:`.run_folder`), a data
+            ValueError: If the run folder may not be used (see :mod:`.run_folder`), one of the
+                checkpoint folders the run will replace holds files attnkit did not write
+                (:meth:`~attnkit.training.run_folder.RunFolder.check_checkpoints`), a data
                 file cannot be read, or a resume would change what the saved weights and
                 tokenizer were made with.
         """
@@ -191,6 +203,11 @@ class Trainer:
                         resume_from = self.folder.open_for_resume()
                     else:
                         self.folder.open_new()
+                    # Before any step: a folder the run could not replace later would cost
+                    # every step trained until then.
+                    self.folder.check_checkpoints(
+                        self._replaced_checkpoints(), what="--resume" if self.resume else "--out"
+                    )
             resume_from = broadcast_object(resume_from, info)
             if resume_from is not None:
                 with raise_together(info):
@@ -299,10 +316,27 @@ class Trainer:
             self.state.batch_in_epoch,
         )
 
+    def _replaced_checkpoints(self) -> list[str]:
+        """The checkpoint folders of the run folder that this run will replace or delete:
+        ``last``, ``best``, and with ``optim.keep_checkpoints`` the kept ``steps/`` ones."""
+        names = list(mf.RUN_MODELS)
+        if self.config.optim.keep_checkpoints:
+            names += [
+                p.relative_to(self.out_dir).as_posix() for p in step_checkpoints(self.out_dir)
+            ]
+        return names
+
     def _save(self, name: str) -> None:
-        """Writes ``last`` (with resume state) or ``best``; collective for ``last``."""
+        """Writes ``last`` (with resume state) or ``best``; collective for both. A folder that
+        may not be replaced (a user put files into it since the run began) is refused on
+        every rank before anything is written, naming the files and what to do."""
         assert self.run is not None
         info, resume = self.run.info, None
+        if name in mf.RUN_MODELS:
+            refusal = self.folder.refusal([self.out_dir / name]) if info.is_main else None
+            refusal = broadcast_object(refusal, info)
+            if refusal:
+                raise RunFolderError(refusal)
         if name == "last":
             resume = resume_states(self.optimizer, self.scheduler, self.scaler, info)
         if info.is_main:
@@ -331,7 +365,11 @@ class Trainer:
         (self.out_dir / STEPS_DIR).mkdir(exist_ok=True)
         self._save(f"{STEPS_DIR}/step_{self.state.step:07d}")
         for old in step_checkpoints(self.out_dir)[:-keep]:
-            shutil.rmtree(old)
+            refusal = mf.replace_refusal(old)
+            if refusal is None:
+                shutil.rmtree(old)
+            else:  # put there since the run began (checked at its start): never deleted
+                logger.warning("kept %s, not deleting it: %s", old, refusal)
 
     # ----------------------------------------------------------------- steps
 
@@ -453,8 +491,38 @@ class Trainer:
             " (new best)" if better else f" (best {name} {s.best_value:.4f} at step {s.best_step})",
         )
         if better:
-            self._save("best")
+            self._save_best()
         return bool(o.patience) and s.bad_evals >= o.patience
+
+    def _save_best(self) -> None:
+        """Saves ``best`` (collective). If its folder may not be replaced (files put into it
+        since the run began), saves ``last`` first, so that no step is lost, then raises: the
+        resume writes the ``best`` that was due (:meth:`_write_due_best`)."""
+        try:
+            self._save("best")
+        except RunFolderError as err:
+            s = self.state
+            s.elapsed_sec = self._timer.elapsed()
+            self._save("last")
+            raise RunFolderError(
+                f"{err}; the run's steps up to {s.step} are saved in "
+                f"{os.fspath(self.out_dir / 'last')!r}"
+            ) from None
+
+    def _write_due_best(self) -> None:
+        """On a resume: the ``best`` a session could not save (:meth:`_save_best`) is the
+        resumed weights, when the saved state says the best evaluation was at this step but
+        ``best`` holds another (collective)."""
+        s, info = self.state, self.run.info
+        due = False
+        if info.is_main and s.best_value is not None and s.best_step == s.step:
+            try:
+                due = ckpt.read_state(self.out_dir / "best")["step"] != s.step
+            except ValueError:  # missing or unreadable
+                due = True
+        if broadcast_object(due, info):
+            logger.info("saving the best checkpoint of step %d, which was not saved", s.step)
+            self._save("best")
 
     # ----------------------------------------------------------------- the loop
 
@@ -489,6 +557,8 @@ class Trainer:
     def _fit(self) -> TrainResult:
         o, s, info = self.config.optim, self.state, self.run.info
         self._timer = RunClock(s.elapsed_sec, self.clock)
+        if self.run.resume_from is not None:
+            self._write_due_best()
         self._meter = TrainMeter(self.clock)
         self._meter.lr = self.optimizer.param_groups[0]["lr"]
         batches = self.task.train_batches(self.position)
@@ -536,15 +606,19 @@ class Trainer:
         self._save("last")
         self._keep_step_checkpoint()
         epoch = self.position.epoch_float
+        if s.best_value is not None:
+            best = f"best {s.best_metric} {s.best_value:.4f} at step {s.best_step}"
+        elif not self.task.has_validation:
+            best = "no validation data, so no evaluation and no `best` checkpoint (only `last`)"
+        else:  # pragma: no cover - a run with validation evaluates before it stops
+            best = "no evaluation"
         logger.info(
-            "stopped at step %d (epoch %.2f) by %s after %.1f min; best %s %s at step %d",
+            "stopped at step %d (epoch %.2f) by %s after %.1f min; %s",
             s.step,
             epoch,
             stop,
             s.elapsed_sec / 60.0,
-            s.best_metric or "-",
-            "-" if s.best_value is None else f"{s.best_value:.4f}",
-            s.best_step,
+            best,
         )
         return TrainResult(
             step=s.step,

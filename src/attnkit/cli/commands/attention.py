@@ -105,6 +105,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnkit.decoding.loading import resolve_model_dir
+    from attnkit.model_folder import check_output_file
     from attnkit.pretrained_loading import load_pretrained
     from attnkit.viz import capture_bert, capture_translation, write_html
     from attnkit.viz.capture import capture_gpt
@@ -116,6 +118,14 @@ def run(args: argparse.Namespace) -> int:
             f"--out: expected a file ending in {' or '.join(FORMATS)}, got {args.out!r}"
         )
     check_output_path(out, "--out")
+    source = args.model
+    if args.bert:
+        from attnkit.models.bert import default_model_dir
+
+        source = default_model_dir()
+    # Not into the model folder read, nor into any model folder attnkit wrote (a run's best or
+    # last): the same rule as every output file (translate --output, walkthrough --plot).
+    check_output_file(out, "--out", model=resolve_model_dir(source))
     if suffix != ".html":  # images need matplotlib (the `plot` extra): fail before loading
         from attnkit.viz.plots import alignment, head_grid, heatmap
     check_text_argument(args.text, "TEXT")
@@ -127,11 +137,6 @@ def run(args: argparse.Namespace) -> int:
 
     if args.beam is not None and args.beam > MAX_BEAM_SIZE:
         raise ValueError(f"--beam: expected at most {MAX_BEAM_SIZE}, got {args.beam}")
-    source = args.model
-    if args.bert:
-        from attnkit.models.bert import default_model_dir
-
-        source = default_model_dir()
     loaded = load_pretrained(source)
     model_type, model, tokenizer, folder = loaded
     if tokenizer is None:

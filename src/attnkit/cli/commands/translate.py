@@ -288,18 +288,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _refuse_output_in_the_model(output: str, model: str | None) -> None:
     """The model's files are inputs too: an output inside its folder (its tokenizer.json, a
-    new file beside its weights) would change the model."""
-    import os
-    from pathlib import Path
-
+    new file beside its weights) would change the model; nor may it go into another model
+    folder attnkit wrote (a run's `last` or `best`: the run could no longer resume or save).
+    The rule of every output file (:func:`attnkit.model_folder.check_output_file`)."""
     from attnkit.decoding.loading import resolve_model_dir
+    from attnkit.model_folder import check_output_file
 
-    folder = Path(os.path.realpath(resolve_model_dir(model)))
-    if folder in Path(os.path.realpath(output)).parents:
-        raise ValueError(
-            f"--output: {output!r} is inside the model folder {str(folder)!r}; writing there "
-            "would change the model: choose another place"
-        )
+    check_output_file(output, "--output", model=resolve_model_dir(model))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -145,6 +145,7 @@ def _check_rope_options(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from attnkit.model_folder import check_output_file
     from attnkit.walkthrough import rope_walkthrough, walkthrough
 
     if args.plot is not None:
@@ -153,6 +154,9 @@ def run(args: argparse.Namespace) -> int:
                 f"--plot: expected a file ending in {', '.join(PLOT_FORMATS)}, got {args.plot!r}"
             )
         check_output_path(args.plot, "--plot")
+        # Never into a model folder attnkit wrote (a run's best or last: the run could no
+        # longer resume or save it), as every output file.
+        check_output_file(args.plot, "--plot")
     _check_rope_options(args)
     n_words = len(check_text_argument(args.sentence, "SENTENCE").split())
     if n_words == 0:
