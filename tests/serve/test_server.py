@@ -1,11 +1,15 @@
-"""`attnkit serve` as a process: SIGTERM drains (the request in flight completes, new ones are
-refused, exit status 0), and start-up errors are one clear line."""
+"""`attnkit serve` as a process: SIGTERM drains with the port open (/readyz answers 503, new
+requests 503, the request in flight completes), then the port closes and the exit status is 0;
+start-up errors are one clear line naming the flag. (tests/serve/test_lifecycle.py runs the
+same server in the test's process, with models that load slowly or not at all.)"""
 
+import json
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import replace
 
 import httpx
@@ -18,43 +22,55 @@ from tests.helpers.serve import DEADLINE, ServeProcess, parse_metric, wait_until
 TEXTS = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."]
 
 
-def test_sigterm_drains_in_flight_requests_and_refuses_new_ones():
-    # The request waits in the batcher for companions (a minute): it is in flight, for sure,
-    # when SIGTERM comes; the drain must run it at once instead.
-    server = ServeProcess("--bert-model", "none", "--max-wait-ms", "60000")
+def test_sigterm_drains_with_the_port_open_until_the_request_in_flight_completes():
+    """Before: at SIGTERM uvicorn stopped listening, so /readyz was refused, never 503."""
+    server = ServeProcess("--bert-model", "none", "--gpt-model", "none")
+    port = int(server.url.rsplit(":", 1)[1])
     try:
+        # /healthz answers as soon as the port is logged, while the model may still load.
+        assert httpx.get(f"{server.url}/healthz", timeout=DEADLINE).status_code == 200
         wait_until(lambda: _ready(server.url), "/readyz")
-        answer = {}
-
-        def slow_request():
-            with httpx.Client(base_url=server.url, timeout=DEADLINE) as http:
-                answer["r"] = http.post("/v1/translate", json={"texts": TEXTS, "beam": 2})
-
-        worker = threading.Thread(target=slow_request)
-        worker.start()
-        wait_until(lambda: _queued(server.url) == len(TEXTS), "the request to be queued")
+        # A request in flight for as long as the test wants: its body lacks its last byte.
+        body = json.dumps({"texts": TEXTS, "beam": 2}).encode()
+        held = socket.create_connection(("127.0.0.1", port), timeout=DEADLINE)
+        held.sendall(
+            b"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nConnection: close\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body[:-1]
+        )
+        wait_until(lambda: _in_flight(server.url) == 2, "the request to be in flight")
         server.proc.send_signal(signal.SIGTERM)
-        worker.join(DEADLINE)
-        assert answer["r"].status_code == 200, answer["r"].text
+        with httpx.Client(base_url=server.url, timeout=DEADLINE) as http:
+            # A refused connection fails here: the port stays open while the drain lasts.
+            ready = wait_until(
+                lambda: (r := http.get("/readyz")).status_code == 503 and r, "/readyz 503"
+            )
+            assert ready.json()["draining"] is True and ready.json()["ready"] is False
+            assert http.get("/healthz").status_code == 200
+            late = http.post("/v1/translate", json={"texts": TEXTS})
+            assert late.status_code == 503 and "shutting down" in late.text
+            time.sleep(0.5)
+            assert server.proc.poll() is None  # still draining: the request is in flight
+            assert http.get("/readyz").status_code == 503
+        held.sendall(body[-1:])
+        answer = b""
+        while chunk := held.recv(65536):
+            answer += chunk
+        held.close()
+        head, _, payload = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 "), answer
         # The server's model: its dtype is fast_inference_dtype's (bfloat16 on a CPU with native
         # bfloat16 products), so a float32 reference could part from it at a near-tie.
         translation = load_translation_model(None, dtype=fast_inference_dtype(torch.device("cpu")))
         config = replace(model_decoding(translation.path), beam_size=2)  # the server's
         expected = Translator(translation.model, translation.tokenizer, config)
-        assert answer["r"].json()["translations"] == expected.translate(TEXTS).translations
-        # New requests: the port is closed (or, for a moment, they get 503).
-        try:
-            late = httpx.post(f"{server.url}/v1/translate", json={"texts": TEXTS}, timeout=DEADLINE)
-        except httpx.TransportError:
-            pass
-        else:
-            assert late.status_code == 503 and "shutting down" in late.text
+        assert json.loads(payload)["translations"] == expected.translate(TEXTS).translations
         assert server.proc.wait(DEADLINE) == 0, "".join(server.log)
         with socket.socket() as s:
-            port = int(server.url.rsplit(":", 1)[1])
             assert s.connect_ex(("127.0.0.1", port)) != 0  # refused
         log = "".join(server.log)
-        assert "draining" in log and "Application shutdown complete" in log
+        assert "draining" in log and "drained" in log and "Application shutdown complete" in log
     finally:
         server.stop()
 
@@ -66,9 +82,9 @@ def _ready(url: str) -> bool:
         return False
 
 
-def _queued(url: str) -> float | None:
+def _in_flight(url: str) -> float | None:
     text = httpx.get(f"{url}/metrics", timeout=DEADLINE).text
-    return parse_metric(text, "attnkit_queue_depth", model="translation")
+    return parse_metric(text, "attnkit_in_flight_requests")  # this /metrics request counts
 
 
 def _serve(*args: str) -> subprocess.CompletedProcess:
@@ -80,7 +96,7 @@ def _serve(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_busy_port_and_bad_folder_are_one_line_errors(tmp_path):
+def test_busy_port_and_bad_folder_are_one_line_errors_naming_the_flag(tmp_path):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
@@ -89,8 +105,9 @@ def test_busy_port_and_bad_folder_are_one_line_errors(tmp_path):
     assert done.returncode == 2
     assert f"attnkit serve: error: --host/--port: cannot listen on 127.0.0.1:{port}" in done.stderr
     done = _serve("--port", "0", "--translation-model", str(tmp_path), "--bert-model", "none")
-    assert done.returncode == 2 and "attnkit serve: error:" in done.stderr
-    assert str(tmp_path) in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == 2, done.stderr
+    assert f"attnkit serve: error: --translation-model: {tmp_path}" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_the_server_holds_openblas_at_one_thread(monkeypatch):

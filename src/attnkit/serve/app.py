@@ -3,7 +3,11 @@
     from attnkit.serve import ServeSettings, create_app
     app = create_app(ServeSettings(gpt_model="path/to/gpt2-folder"))   # any ASGI server runs it
 
-Models are loaded in the lifespan hook (or passed in, already loaded); inference never runs on
+Models are passed in, already loaded, or loaded in a background thread that the lifespan hook
+starts: the server answers at once, ``/healthz`` with 200 and ``/readyz`` with 503
+(``"loading": true``) until the models are loaded, then 200; API requests meanwhile get 503
+("the server is starting"). A model that fails to load leaves ``/readyz`` at 503 with the
+error (:mod:`attnkit.serve.server` then stops the server and raises it). Inference never runs on
 the event loop: translation and embedding requests go to their dynamic batchers, attention
 captures and generations to a small job pool (:mod:`attnkit.serve.services`). A request whose
 client disconnects is cancelled: a queued batch item is dropped and a generation stops at its
@@ -17,6 +21,7 @@ import asyncio
 import importlib.resources
 import json
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -82,9 +87,20 @@ class ServerState:
         self.services: Services | None = None
         self.models: LoadedModels | None = None
         self.ready = False
+        self.loading = False  # the models are being loaded in the background
+        self.load_error: Exception | None = None  # why they did not load
         self.draining = False
         self.answered = 0  # requests answered so far
         self.in_flight = 0  # requests being answered
+        self.busy = 0  # of them, those that are not /healthz, /readyz or /metrics
+
+    def start(self, models: LoadedModels) -> None:
+        """Serve ``models``: the services start and the server is ready (unless draining)."""
+        self.models = models
+        self.services = Services(models, self.settings, self.metrics)
+        if self.draining:
+            self.services.drain()
+        self.ready = True
 
     def begin_drain(self) -> None:
         """Refuse new requests, answer /readyz 503, and run queued batches at once.
@@ -121,13 +137,16 @@ class _RequestMetrics:
                 status[0] = message["status"]
             await send(message)
 
+        busy = int(scope["path"] not in _ALWAYS_OPEN)
         m.in_flight.inc()
         self.state.in_flight += 1
+        self.state.busy += busy
         try:
             await self.app(scope, receive, send_and_count)
         finally:
             m.in_flight.dec()
             self.state.in_flight -= 1
+            self.state.busy -= busy
             self.state.answered += 1
             endpoint = self._endpoint(scope)
             m.requests.labels(endpoint, str(status[0])).inc()
@@ -172,6 +191,40 @@ class _ClientGone(Exception):
     pass
 
 
+LOADER_THREAD = "attnkit-serve-load"
+
+
+def _in_thread(function: Callable, *args) -> asyncio.Future:
+    """``function(*args)`` in a thread of its own. Unlike asyncio.to_thread, a server stopped
+    meanwhile (SIGTERM while the models load) does not wait for it: the port closes at once,
+    and the process ends when the thread does (a daemon thread, killed inside torch at exit,
+    would abort the process)."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(outcome: tuple[bool, object]) -> None:
+        ok, value = outcome
+        if future.done():  # cancelled by a shutdown meanwhile
+            return
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+    def run() -> None:
+        try:
+            outcome = (True, function(*args))
+        except Exception as err:
+            outcome = (False, err)
+        try:
+            loop.call_soon_threadsafe(settle, outcome)
+        except RuntimeError:  # the loop is closed: the server has stopped
+            pass
+
+    threading.Thread(target=run, name=LOADER_THREAD).start()
+    return future
+
+
 def _resource(name: str) -> str:
     return importlib.resources.files("attnkit.serve").joinpath("static", name).read_text("utf-8")
 
@@ -187,15 +240,26 @@ def create_app(
     metrics = Metrics()
     state = ServerState(settings, metrics)
 
+    async def load() -> None:
+        try:
+            loaded = await _in_thread(load_models, settings)
+        except Exception as err:
+            state.load_error = err
+            logger.error("the models did not load: %s", err)
+            return
+        finally:
+            state.loading = False
+        state.start(loaded)
+        logger.info("models loaded: ready")
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        state.models = (
-            models if models is not None else await asyncio.to_thread(load_models, settings)
-        )
-        state.services = Services(state.models, settings, metrics)
-        if state.draining:
-            state.services.drain()
-        state.ready = True
+        loading = None
+        if models is not None:
+            state.start(models)
+        else:  # in the background: the port answers (/healthz, /readyz 503) meanwhile
+            state.loading = True
+            loading = asyncio.ensure_future(load())
         trimmer = asyncio.ensure_future(
             trim_when_idle(lambda: state.answered, lambda: state.in_flight)
         )
@@ -203,9 +267,13 @@ def create_app(
             yield
         finally:
             trimmer.cancel()
+            if loading is not None and not loading.done():
+                logger.info("stopped while loading the models: the process ends once they are")
+                loading.cancel()
             state.ready = False
             state.begin_drain()
-            await asyncio.to_thread(state.services.stop)
+            if state.services is not None:
+                await asyncio.to_thread(state.services.stop)
 
     # FastAPIOffline: FastAPI with /docs (Swagger UI) and /redoc served from the package's own
     # files instead of a CDN; the validator badge (a request to another host) is off.
@@ -230,6 +298,8 @@ def create_app(
     app.add_middleware(_RequestMetrics, state=state)
 
     def services() -> Services:
+        if state.load_error is not None:
+            raise ApiError(503, f"the models did not load: {state.load_error}")
         if state.services is None:
             raise ApiError(503, "the server is starting: its models are not loaded yet")
         return state.services
@@ -325,11 +395,14 @@ def create_app(
 
     @app.get("/readyz", response_model=ReadyResponse, responses={503: {"model": ReadyResponse}})
     async def readyz():
-        """Readiness: 200 once the models are loaded, 503 before that and while draining."""
+        """Readiness: 200 once the models are loaded, 503 before that (`loading`; `error` if
+        they did not load) and while the server drains after SIGTERM (`draining`)."""
         ready = state.ready and not state.draining
         body = {
             "ready": ready,
+            "loading": state.loading,
             "draining": state.draining,
+            "error": None if state.load_error is None else str(state.load_error),
             "models": state.models.describe() if state.models else {},
         }
         return JSONResponse(body, 200 if ready else 503)

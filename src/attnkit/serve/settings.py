@@ -57,6 +57,7 @@ class ServeSettings:
                     raise ValueError(f"{f.name}: expected an integer >= 1, got {value!r}")
         if self.max_texts > self.max_queue:
             raise ValueError(
-                f"max_texts={self.max_texts}, max_queue={self.max_queue}: a request of "
-                "max_texts texts must fit in the queue; expected max_texts <= max_queue"
+                f"max_texts={self.max_texts}, max_queue={self.max_queue}: a request may hold "
+                "max_texts texts, which must fit in the queue; expected max_texts <= max_queue "
+                "(raise max_queue or lower max_texts)"
             )

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import re
 
-from attnkit.cli.options import integer, real, resolve_device, threads
+from attnkit.cli.options import integer, option_error, real, resolve_device, threads
 
 NAME = "serve"
 HELP = "serve translation, embeddings, attention and GPT text over HTTP (and a web page)"
@@ -24,9 +25,15 @@ and / (a web page). Every error is JSON naming the problem.
 Concurrent translation (and embedding) requests are gathered into one model batch of up to
 --batch-tokens source tokens, waiting at most --max-wait-ms for companions; each request gets
 exactly its own results, equal to `attnkit translate`'s. Beyond --max-queue waiting texts (or
---max-jobs generations) the answer is 503 with Retry-After. SIGTERM (or Ctrl-C) drains:
-requests in flight finish (at most --drain-seconds), new ones are refused, /readyz answers
-503, and the process exits with status 0.
+--max-jobs generations) the answer is 503 with Retry-After.
+
+The port answers once "listening on" is logged, while the models load: /healthz with 200,
+/readyz with 503 until they are loaded (then 200), API requests with 503. A model folder that
+does not load stops the server with an error naming its flag. SIGTERM drains with the port
+open: /readyz answers 503 and new API requests 503 while the requests in flight finish (at
+most --drain-seconds; those still running then are cut); then the port closes and the
+process exits with status 0. Ctrl-C drains the same way (status 130); a second signal closes
+the port at once.
 
 examples:
   attnkit serve
@@ -34,6 +41,24 @@ examples:
   curl -s localhost:8000/v1/translate -d '{"texts": ["Ein Hund rennt."]}' \\
        -H 'content-type: application/json'
 """
+
+
+# The ServeSettings fields the command sets -> their flags (--device: see resolve_device).
+SETTING_FLAGS = {
+    name: "--" + name.replace("_", "-")
+    for name in (
+        "translation_model", "gpt_model", "bert_model", "batch_tokens", "max_wait_ms",
+        "max_queue", "max_jobs", "max_body_bytes", "max_texts", "max_tokens_per_text",
+        "max_beam", "max_new_tokens", "drain_seconds",
+    )
+}  # fmt: skip
+_SETTING = re.compile(r"\b(" + "|".join(SETTING_FLAGS) + r")\b")
+
+
+def _settings_error(err: ValueError) -> ValueError:
+    """A ServeSettings error (no paths in it) naming flags: every setting name becomes its flag
+    (``max_texts=64, max_queue=2: ...`` -> ``--max-texts=64, --max-queue=2: ...``)."""
+    return ValueError(_SETTING.sub(lambda found: SETTING_FLAGS[found[1]], str(err)))
 
 
 def _model(text: str) -> str | None:
@@ -101,7 +126,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     batching.add_argument(
         "--drain-seconds", type=real(0), default=30.0, metavar="S",
-        help="after SIGTERM, how long requests in flight may take (default 30)",
+        help="after SIGTERM, how long requests in flight may take; /readyz answers 503 "
+        "meanwhile (default 30)",
     )  # fmt: skip
     parser.add_argument(
         "--device", default=None, help="cpu, cuda, ... (default: cuda if available)"
@@ -127,31 +153,37 @@ def run(args: argparse.Namespace) -> int:
         )
     import torch
 
-    from attnkit.serve import ServeSettings, load_models
+    from attnkit.serve import ServeSettings
     from attnkit.serve.server import listen, serve
 
-    settings = ServeSettings(
-        translation_model=args.translation_model,
-        gpt_model=args.gpt_model,
-        bert_model=args.bert_model,
-        device=str(resolve_device(args.device)),
-        batch_tokens=args.batch_tokens,
-        max_wait_ms=args.max_wait_ms,
-        max_queue=args.max_queue,
-        max_jobs=args.max_jobs,
-        max_texts=args.max_texts,
-        max_tokens_per_text=args.max_tokens_per_text,
-        max_beam=args.max_beam,
-        max_new_tokens=args.max_new_tokens,
-        max_body_bytes=args.max_body_bytes,
-        drain_seconds=args.drain_seconds,
-    )
+    device = str(resolve_device(args.device))
+    try:
+        settings = ServeSettings(
+            translation_model=args.translation_model,
+            gpt_model=args.gpt_model,
+            bert_model=args.bert_model,
+            device=device,
+            batch_tokens=args.batch_tokens,
+            max_wait_ms=args.max_wait_ms,
+            max_queue=args.max_queue,
+            max_jobs=args.max_jobs,
+            max_texts=args.max_texts,
+            max_tokens_per_text=args.max_tokens_per_text,
+            max_beam=args.max_beam,
+            max_new_tokens=args.max_new_tokens,
+            max_body_bytes=args.max_body_bytes,
+            drain_seconds=args.drain_seconds,
+        )
+    except ValueError as err:
+        raise _settings_error(err) from None
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    sock = listen(args.host, args.port)  # before loading: a busy port costs nothing
+    sock = listen(args.host, args.port)  # a busy port is named before anything is loaded
     try:
-        models = load_models(settings)
-        serve(settings, sock, models=models, log_level="debug" if args.verbose else "info")
+        # The models load in the background: /healthz and /readyz (503) answer meanwhile.
+        serve(settings, sock, log_level="debug" if args.verbose else "info")
+    except ValueError as err:  # a model folder that does not load: `--gpt-model: ...`
+        raise option_error(err, SETTING_FLAGS) from err
     finally:
         sock.close()
     return 0
