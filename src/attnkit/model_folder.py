@@ -194,9 +194,10 @@ def check_folder(folder: Path) -> None:
     if not folder.is_dir():
         error = ValueError if folder.exists() else MissingFileError
         state = "a file" if folder.exists() else "does not exist"
+        hint = "" if folder.exists() else " (attnkit reads folders on disk; it downloads nothing)"
         raise error(
             f"{folder}: not a folder ({state}); expected a model folder with {CONFIG_FILE} and "
-            f"{WEIGHTS_FILE}"
+            f"{WEIGHTS_FILE}{hint}"
         )
 
 

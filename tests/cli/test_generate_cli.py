@@ -166,6 +166,14 @@ def test_not_a_gpt_folder(tmp_path, capsys):
     assert str(tmp_path) in capsys.readouterr().err
 
 
+def test_a_hub_name_is_told_that_nothing_is_downloaded(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # no folder named gpt2 here
+    assert _exit_code(["generate", "--model", "gpt2", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert "gpt2: not a folder (does not exist)" in err
+    assert "attnkit reads folders on disk; it downloads nothing" in err
+
+
 @pytest.mark.parametrize(
     "flags",
     [["--temperature", "1e-45"], ["--temperature", "1e-300", "--top-p", "0.5"]],
