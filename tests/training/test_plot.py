@@ -41,6 +41,19 @@ def test_a_failed_write_keeps_the_old_png_and_leaves_no_temporary_file(tmp_path,
     assert sorted(p.name for p in out.parent.iterdir()) == ["val.png"]
 
 
+def test_the_plot_never_goes_into_a_runs_checkpoint(tmp_path):
+    from attnkit.training import train
+    from tests.helpers.training import fast_config
+
+    run = tmp_path / "run"
+    train(fast_config("optim.max_steps=2", "optim.eval_every=2"), run, progress=False)
+    before = sorted(p.name for p in (run / "best").iterdir())
+    with pytest.raises(ValueError, match=r"^out_png: '.*/run/best/val\.png' is inside the model"):
+        plot_val_loss(run / "metrics.jsonl", run / "best" / "val.png")
+    assert sorted(p.name for p in (run / "best").iterdir()) == before
+    assert plot_val_loss(run / "metrics.jsonl", run / "val.png").is_file()  # beside it: fine
+
+
 def test_plot_needs_evaluations(tmp_path, capsys):
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text(json.dumps({"step": 1, "train_loss": 5.0, "elapsed_sec": 1.0}) + "\n")

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from attnkit.files import write_file
+from attnkit.model_folder import check_output_file
 from attnkit.training.metrics_log import read_metrics
 
 
@@ -33,8 +34,9 @@ def plot_val_loss(
         The PNG path.
 
     Raises:
-        ValueError: If ``out_png`` does not end in ``.png`` or is a folder, or the metrics file
-            is not a metrics.jsonl or has no evaluation records.
+        ValueError: If ``out_png`` does not end in ``.png``, is a folder or lies inside a model
+            folder attnkit wrote (a run's ``best`` or ``last``: its run could no longer save or
+            resume it), or the metrics file is not a metrics.jsonl or has no evaluation records.
     """
     from attnkit.extras import require
 
@@ -45,6 +47,7 @@ def plot_val_loss(
         raise ValueError(f"{os.fspath(out_png)!r}: expected a file name ending in .png")
     if out.is_dir():
         raise ValueError(f"{os.fspath(out_png)!r} is a folder, expected a .png file name")
+    check_output_file(out, "out_png")  # never into a run's best/, last/ or kept checkpoints
 
     require("matplotlib", extra="plot", feature="attnkit.training.plot").use("Agg")
     plt = require("matplotlib.pyplot", extra="plot", feature="attnkit.training.plot")
