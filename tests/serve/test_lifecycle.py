@@ -238,6 +238,26 @@ def test_models_that_do_not_load_stop_serve_with_their_error(tmp_path):
     assert refused(url)
 
 
+def test_a_folder_whose_settings_are_refused_after_loading_stops_serve(tmp_path):
+    """The weights load, then making the services refuses the folder's "decoding" section:
+    before, that error was lost in the background task and the server answered "starting"
+    for ever."""
+    import shutil
+
+    from attnkit.decoding.loading import shipped_model_dir
+
+    folder = tmp_path / "model"
+    shutil.copytree(shipped_model_dir(), folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["decoding"] = {**config.get("decoding", {}), "lenpen_style": "bogus"}
+    (folder / "config.json").write_text(json.dumps(config))
+    settings = ServeSettings(translation_model=folder, gpt_model=None, bert_model=None)
+    url, raised = run_server(settings, lambda url: url)
+    assert isinstance(raised, ValueError), repr(raised)
+    assert "lenpen_style" in str(raised)
+    assert refused(url)
+
+
 # --------------------------------------------------------------------------- draining
 
 
@@ -278,7 +298,7 @@ def test_a_signal_drains_with_the_port_open_until_requests_in_flight_finish(
 
 
 def test_requests_still_in_flight_after_drain_seconds_are_cut(models):
-    drain = 3.0  # seconds: time for the probe to get in on a busy machine
+    drain = 10.0  # seconds: time for the probe to get in on a busy 2-core machine
     held: list[HeldRequest] = []
 
     def driver(url):

@@ -447,6 +447,37 @@ def test_files_put_into_best_during_the_run_cost_no_step(tmp_path, caplog):
     assert all(torch.equal(best[k], step4[k]) for k in step4)
 
 
+def test_a_resume_keeps_a_best_newer_than_last(tmp_path):
+    """`best` saved at step 6 after `last` at step 4, then the run is killed before its next
+    `last`: the resume must not take `best` for one that was not saved and overwrite it with
+    the step-4 weights."""
+    run = tmp_path / "run"
+    options = ["optim.max_steps=10", "optim.eval_every=2", "optim.save_every=4",
+               "optim.val_bleu=false"]  # fmt: skip
+    scores = iter([1.0, 2.0, 3.0])  # steps 2, 4, 6: a new best each time
+
+    def hook(model):
+        score = next(scores, None)
+        if score is None:  # step 8, before its `last`: the run is stopped
+            raise KeyboardInterrupt
+        return {"val_bleu": score}
+
+    with pytest.raises(KeyboardInterrupt):
+        train(fast_config(*options), run, eval_hook=hook, progress=False)
+    assert json.loads((run / "last" / "state.json").read_text())["step"] == 4
+    assert json.loads((run / "best" / "state.json").read_text())["step"] == 6
+    step6 = weights(run, "best")
+
+    def stop(model):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(fast_config(*options), run, resume=True, eval_hook=stop, progress=False)
+    assert json.loads((run / "best" / "state.json").read_text())["step"] == 6
+    best = weights(run, "best")
+    assert all(torch.equal(best[k], step6[k]) for k in step6)
+
+
 def test_a_kept_step_checkpoint_holding_a_users_file_is_not_deleted(tmp_path, monkeypatch, caplog):
     """With keep_checkpoints the run deletes its older steps/ checkpoints: one a user put a
     file into during the run was deleted with the file."""

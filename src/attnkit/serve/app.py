@@ -173,11 +173,16 @@ async def _disconnected(request: Request) -> None:
 
 async def _or_cancel(request: Request, work: Awaitable, on_cancel: Callable[[], None]):
     """The result of ``work``; or, if the client goes away first, cancel it and raise
-    :class:`_ClientGone`."""
+    :class:`_ClientGone`. If the request is cancelled (uvicorn cuts it at the end of a
+    drain), the job is cancelled too, so that the shutdown does not wait for it."""
     task = asyncio.ensure_future(work)
     watch = asyncio.ensure_future(_disconnected(request))
     try:
         await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the request itself is cut (a drain's deadline): stop the job
+        task.cancel()
+        on_cancel()
+        raise
     finally:
         watch.cancel()
     if task.done():
@@ -214,7 +219,7 @@ def _in_thread(function: Callable, *args) -> asyncio.Future:
     def run() -> None:
         try:
             outcome = (True, function(*args))
-        except Exception as err:
+        except BaseException as err:  # anything: the server must learn the load ended
             outcome = (False, err)
         try:
             loop.call_soon_threadsafe(settle, outcome)
@@ -242,14 +247,15 @@ def create_app(
 
     async def load() -> None:
         try:
-            loaded = await _in_thread(load_models, settings)
+            # Making the services checks the folders' settings too (a translation folder's
+            # "decoding" section): a failure there stops the server like a failed read.
+            state.start(await _in_thread(load_models, settings))
         except Exception as err:
             state.load_error = err
             logger.error("the models did not load: %s", err)
             return
         finally:
             state.loading = False
-        state.start(loaded)
         logger.info("models loaded: ready")
 
     @asynccontextmanager

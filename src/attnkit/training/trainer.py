@@ -512,12 +512,15 @@ class Trainer:
     def _write_due_best(self) -> None:
         """On a resume: the ``best`` a session could not save (:meth:`_save_best`) is the
         resumed weights, when the saved state says the best evaluation was at this step but
-        ``best`` holds another (collective)."""
+        ``best`` is missing, unreadable or from an earlier step (collective). A ``best`` from a
+        later step (saved after this ``last``, then the run was killed) is kept."""
         s, info = self.state, self.run.info
         due = False
         if info.is_main and s.best_value is not None and s.best_step == s.step:
             try:
-                due = ckpt.read_state(self.out_dir / "best")["step"] != s.step
+                # Older only: a newer best (saved after this `last`, before a kill) is better
+                # than the resumed weights and must stay.
+                due = ckpt.read_state(self.out_dir / "best")["step"] < s.step
             except ValueError:  # missing or unreadable
                 due = True
         if broadcast_object(due, info):
