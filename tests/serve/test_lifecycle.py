@@ -322,6 +322,57 @@ def test_requests_still_in_flight_after_drain_seconds_are_cut(models):
     assert refused(url)
 
 
+def test_a_generation_cut_at_the_drains_end_stops_and_frees_the_shutdown(models, monkeypatch):
+    """A non-streamed generation still running when ``drain_seconds`` ends: uvicorn cuts the
+    request, and its job must be cancelled too; before, the shutdown waited for the whole
+    generation (slowed down here to 30 s) after the deadline."""
+    import attnkit.generation
+    from attnkit.generation import GenerationConfig
+
+    real, pieces, first = attnkit.generation.stream_text, [], threading.Event()
+    full = sum(1 for _ in real(models.gpt, None, "the cat", GenerationConfig(max_new_tokens=80)))
+    pause = 30.0 / full  # the whole generation takes 30 s
+
+    def slow(*args, **kwargs):
+        for piece in real(*args, **kwargs):
+            pieces.append(piece)
+            first.set()
+            time.sleep(pause)
+            yield piece
+
+    monkeypatch.setattr(attnkit.generation, "stream_text", slow)
+    drain = 2.0
+    body = {"prompt": "the cat", "max_new_tokens": 80}
+    holder: list[socket.socket] = []
+
+    def driver(url):
+        host, port = url.removeprefix("http://").split(":")
+        sock = socket.create_connection((host, int(port)), timeout=DEADLINE)
+        holder.append(sock)
+        payload = json.dumps(body).encode()
+        sock.sendall(
+            f"POST /v1/generate HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+            + payload
+        )
+        assert first.wait(DEADLINE), "the generation did not start"
+        start = time.monotonic()
+        os.kill(os.getpid(), signal.SIGTERM)
+        return start
+
+    started = time.monotonic()
+    start, raised = run_server(
+        ServeSettings(drain_seconds=drain), driver, models=models,
+        on_failure=lambda: [s.close() for s in holder],
+    )  # fmt: skip
+    shutdown = time.monotonic() - start
+    for sock in holder:
+        sock.close()
+    assert raised is None and started <= start
+    assert shutdown < drain + SHORT  # not the 30 s of the whole generation
+    assert len(pieces) < full
+
+
 def test_a_second_signal_stops_listening_and_lets_requests_in_flight_finish(models):
     held: list[HeldRequest] = []
 
