@@ -236,8 +236,13 @@ def _check_shipped(
     without ``replace_shipped``."""
     target = out.resolve()
     slot = next((t for t, p in DEFAULT_OUTS.items() if p.resolve() == target), None)
-    if slot is None and target.parent != PRETRAINED.resolve():
-        return  # not a shipped model
+    if slot is None and target.parent != PRETRAINED.resolve():  # not a shipped model
+        if replace_shipped:
+            raise ValueError(
+                f"--replace-shipped: {shown} is not one of the package's shipped models "
+                f"({os.fspath(PRETRAINED)}/*), so there is nothing it could allow; drop the flag"
+            )
+        return
     record = out / run_folder.RUN_CONFIG_FILE
     expected, source = None, f"its {run_folder.RUN_CONFIG_FILE}"
     if record.is_file():

@@ -276,6 +276,14 @@ def test_replacing_the_shipped_model_takes_replace_shipped(ship_model, package, 
     assert _step(package) == 9
 
 
+def test_replace_shipped_elsewhere_is_refused_not_ignored(ship_model, package, tmp_path):
+    newer = _make_run(tmp_path / "runs" / "de_en_r2", step=9)
+    out = tmp_path / "elsewhere"
+    with pytest.raises(ValueError, match=r"^--replace-shipped: --out '.*elsewhere' is not one of"):
+        ship_model.ship(newer, out, replace_shipped=True)
+    assert not out.exists() and _step(package) == 7
+
+
 def test_main_takes_replace_shipped(ship_model, package, tmp_path, monkeypatch, capsys):
     newer = _make_run(tmp_path / "runs" / "de_en_r2", step=9)
     monkeypatch.setattr(sys, "argv", ["ship_model.py", "--run", str(newer)])
