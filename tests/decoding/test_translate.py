@@ -407,6 +407,25 @@ def test_worker_processes_are_kept_until_the_weights_change_or_close(translator_
     assert translator._pool is None and not any(_alive(pid) for pid in pids)
 
 
+@pytest.mark.parametrize("parallel", ["threads", "processes"])
+def test_close_makes_writes_the_version_counter_misses_seen(translator_parts, parallel):
+    """A write through ``.data`` (as a fused optimizer step) bumps no version counter, so the
+    packed weights and forked workers cannot see it; close() is the documented remedy, and
+    with threads it used to leave the old packed weights in use."""
+    model, tokenizer, lines = translator_parts
+    model = copy.deepcopy(model)
+    config = DecodingConfig(beam_size=2, max_len_a=0.5, max_len_b=3)
+    translator = Translator(model, tokenizer, config, workers=2, parallel=parallel)
+    first = translator.translate(lines).translations
+    for layer in model.decoder.layers:
+        layer.ffn.linear2.weight.data.mul_(-3.0)
+    translator.close()
+    after = translator.translate(lines).translations
+    translator.close()
+    fresh = Translator(copy.deepcopy(model), tokenizer, config).translate(lines).translations
+    assert after == fresh != first
+
+
 @needs_fork
 def test_worker_processes_outlive_the_thread_that_forked_them(translator_parts):
     """A translator first called from a thread that then ends (a server's request thread)

@@ -264,6 +264,26 @@ def test_the_config_must_be_a_generation_config(pair):
         generate(pair[1], PROMPTS, {"max_new_tokens": 3})
 
 
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_a_callers_autocast_does_not_reach_the_steps(use_cache):
+    """Under a caller's bfloat16 autocast (a training loop's), generation computes in the
+    model's dtype, as the Translator does: with the cache it crashed, mixing float32 queries
+    from the prepacked products with bfloat16 keys. The caller's autocast is back on while it
+    holds a step."""
+    from attnkit.models import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=100, context_length=32, d_model=32, num_heads=4,
+                          num_layers=2, d_ff=64, bos_token_id=0, eos_token_id=0)).eval()  # fmt: skip
+    config = GenerationConfig(max_new_tokens=10, eos_ids=(), logprobs=True, use_cache=use_cache)
+    want = generate(model, [[5, 6, 7], [8]], config)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = generate(model, [[5, 6, 7], [8]], config)
+        for _ in generate_steps(model, [[5, 6, 7]], config):
+            assert torch.is_autocast_enabled("cpu")
+    assert got.tokens == want.tokens and got.logprobs == want.logprobs
+
+
 def test_the_model_runs_in_eval_mode_and_gets_its_mode_back():
     """A model left in training mode (GPT's default, dropout 0.1) generates as in eval mode:
     the first log-probability is log_softmax of the eval model's logits, and runs agree."""

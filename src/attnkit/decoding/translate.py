@@ -38,7 +38,7 @@ import torch
 from attnkit.decoding.config import DecodingConfig
 from attnkit.decoding.generate import check_special_ids, generate, max_lengths
 from attnkit.decoding.memory_bound import available_memory, decoding_memory
-from attnkit.generation.packed import int8_available, packed_linears
+from attnkit.generation.packed import int8_available, packed_linears, release
 from attnkit.texts import check_texts
 
 logger = logging.getLogger(__name__)
@@ -509,9 +509,14 @@ class Translator:
 
     def close(self) -> None:
         """Stop the worker processes of ``parallel="processes"``; a later call starts new ones.
-        (They also stop when the Translator is garbage-collected or the program ends.)"""
+        (They also stop when the Translator is garbage-collected or the program ends.) Also
+        drop the model's prepacked weights (:func:`attnkit.generation.packed.release`), so
+        that the next call packs the weights as they are then: after writes that do not bump
+        autograd's version counter (a fused optimizer step, ``.data``), threads and processes
+        alike see the new weights."""
         with self._pool_lock:
             self._close_pool()
+        release(self.model)
 
     def __enter__(self) -> Translator:
         return self

@@ -33,6 +33,7 @@ draws for every row still generating, in turn, so a row's draws depend on the ba
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import closing, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -298,12 +299,26 @@ def generate_steps(
 def _eval_steps(
     model, ids: Tensor, mask: Tensor, config: GenerationConfig, eos: set[int], stop
 ) -> Iterator[Step]:
-    """:func:`_steps` in eval mode, on prepacked weights; the mode is restored at the end."""
+    """:func:`_steps` in eval mode, on prepacked weights, in the model's own dtype; the mode is
+    restored at the end.
+
+    A caller's autocast (a training loop's, around an evaluation) is off while each step
+    runs, as :class:`~attnkit.decoding.Translator` has it: the prepacked products ignore
+    autocast, so under it a step mixed float32 queries with bfloat16 cached keys. It is
+    turned off around every step only, not while the caller holds a yielded step.
+    """
     was_training = model.training
     model.eval()
+    device_type = ids.device.type
+    manual = torch.amp.is_autocast_available(device_type)
     try:
-        with packed_linears(model):
-            yield from _steps(model, ids, mask, config, eos, stop)
+        with packed_linears(model), closing(_steps(model, ids, mask, config, eos, stop)) as steps:
+            while True:
+                with torch.autocast(device_type, enabled=False) if manual else nullcontext():
+                    step = next(steps, None)
+                if step is None:
+                    return
+                yield step
     finally:
         model.train(was_training)
 
