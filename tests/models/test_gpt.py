@@ -496,6 +496,30 @@ def test_gpt2_default_ids_outside_a_small_vocabulary_are_explained():
     assert (config.bos_token_id, config.eos_token_id) == (None, 9)
 
 
+def test_a_sliding_window_with_a_cache_refuses_right_padding():
+    """The cache's window counts slots: a right-padded row's next token would see padding
+    instead of its last real tokens (logits 0.1 away from the row alone). Left padding agrees
+    with the row alone."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.llama(vocab_size=100, context_length=64, d_model=32, num_heads=4,
+                                num_kv_heads=2, num_layers=2, d_ff=64, window=4)).eval()  # fmt: skip
+    long, short = [5, 6, 7, 8, 9, 10, 11, 12], [20, 21]
+    with torch.no_grad():
+        alone = model(torch.tensor([[*short, 22]])).logits[0, -1]
+        cache = model.init_cache(2, 20)
+        right = torch.tensor([[1] * 8, [1, 1] + [0] * 6])
+        with pytest.raises(ValueError, match=r"^attention_mask: padding after a real token, with"):
+            model(torch.tensor([long, short + [0] * 6]), attention_mask=right, cache=cache)
+        assert cache.length == 0  # refused before anything was written
+        left = torch.tensor([[1] * 8, [0] * 6 + [1, 1]])
+        model(torch.tensor([long, [0] * 6 + short]), attention_mask=left, cache=cache)
+        step = model(torch.tensor([[13], [22]]), cache=cache).logits[1, 0]
+        # Without a cache, right padding is fine: positions count real tokens only.
+        full = model(torch.tensor([[*short, 22, 0]]), attention_mask=torch.tensor([[1, 1, 1, 0]]))
+    torch.testing.assert_close(step, alone, rtol=0, atol=1e-5)
+    torch.testing.assert_close(full.logits[0, 2], alone, rtol=0, atol=1e-5)
+
+
 def test_dropout_is_active_in_training_only():
     model = tiny(dropout=0.5, attn_dropout=0.5, embed_dropout=0.5)
     ids = torch.randint(0, 53, (2, 6))

@@ -369,7 +369,8 @@ class GPT(nn.Module):
         Args:
             ids: (B, T) integer token ids in [0, vocab_size).
             attention_mask: (B, T) bool or 0/1 integers, True = real token, False = padding
-                (left or right); None = all real. Positions count real tokens only.
+                (left or right; with a cache, a model with a sliding window takes left padding
+                only); None = all real. Positions count real tokens only.
             cache: from :meth:`init_cache`; ``ids`` then holds only the new slots (a padded
                 prompt batch to prefill, then one token per row per step). It is checked
                 against the model before anything is written, and a call that fails part way
@@ -449,7 +450,18 @@ class GPT(nn.Module):
             return None
         attention_mask = mask_to_bool(attention_mask, ids)  # (B, T), True = real token
         # Without padding the mask changes nothing: drop it so the fused kernel runs unmasked.
-        return None if bool(attention_mask.all()) else attention_mask
+        if bool(attention_mask.all()):
+            return None
+        if cache is not None and self.config.window is not None:
+            # The cache's window counts slots: after a right-padded row's padding, the next
+            # token's window would hold padding instead of the row's last real tokens.
+            if bool((attention_mask[:, :-1] & ~attention_mask[:, 1:]).any()):
+                raise ValueError(
+                    f"attention_mask: padding after a real token, with a cache in a model with "
+                    f"a sliding window (window={self.config.window}): pad on the left, as "
+                    "attnkit.generation does (the window counts the cache's slots)"
+                )
+        return attention_mask
 
     def _check_cache(self, cache: GPTCache, batch_size: int) -> None:
         """Raise unless ``cache`` fits this model and ``batch_size`` rows. The layers of a
