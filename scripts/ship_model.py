@@ -197,10 +197,7 @@ def check_out(
         )
     elif target in run_dir.parents:
         reason = f"it holds the run {os.fspath(run)!r}"
-    elif out.is_dir() and (
-        (out / run_folder.LOCK_FILE).exists()
-        or any(find_checkpoint(out / name) is not None for name in mf.RUN_MODELS)
-    ):
+    elif out.is_dir() and mf.is_run_folder(out):
         reason = (
             f"it is a training run folder (it holds {run_folder.LOCK_FILE} or a best/ or "
             "last/ checkpoint)"

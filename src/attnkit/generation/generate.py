@@ -310,11 +310,12 @@ def _eval_steps(
     was_training = model.training
     model.eval()
     device_type = ids.device.type
-    manual = torch.amp.is_autocast_available(device_type)
+    known = torch.amp.is_autocast_available(device_type)
     try:
         with packed_linears(model), closing(_steps(model, ids, mask, config, eos, stop)) as steps:
             while True:
-                with torch.autocast(device_type, enabled=False) if manual else nullcontext():
+                on = known and torch.is_autocast_enabled(device_type)  # asked at every step
+                with torch.autocast(device_type, enabled=False) if on else nullcontext():
                     step = next(steps, None)
                 if step is None:
                     return

@@ -218,7 +218,9 @@ def _fbgemm_runs(product) -> Tensor | None:
         return None
     try:
         return product()
-    except (RuntimeError, AttributeError, NotImplementedError):  # None: the caller falls back
+    except (RuntimeError, AttributeError, NotImplementedError):
+        # A capability probe: the op is missing from this build or refused on this CPU, so
+        # FBGEMM is not available here and the caller uses torch's own product instead.
         return None
 
 
