@@ -1111,6 +1111,22 @@ def test_a_window_must_be_a_positive_integer(window):
         scaled_dot_product_attention(*_qkv(), causal=True, window=window)
 
 
+def test_a_numpy_integer_window_is_taken_as_lengths_are():
+    """Lengths took numpy integers (numbers.Integral) and the window refused them; the band and
+    the output are the int window's, and the reference is the written-out band."""
+    np = pytest.importorskip("numpy")
+    got = causal_mask(4, 6, window=np.int64(2))
+    assert torch.equal(got, band_reference(4, 6, 2))
+    q, k, v = _qkv(t_q=4, t_k=6)
+    out = scaled_dot_product_attention(q, k, v, causal=True, window=np.int32(2))
+    expected, _, _ = reference_attention(q, k, v, band_reference(4, 6, 2))
+    torch.testing.assert_close(out, expected.float())
+    with pytest.raises(ValueError, match=r"window: expected an integer >= 1 or None, got"):
+        causal_mask(4, window=np.int64(0))
+    with pytest.raises(ValueError, match=r"window: expected an integer >= 1 or None, got"):
+        causal_mask(4, window=np.True_)
+
+
 def test_a_window_needs_causal():
     with pytest.raises(ValueError, match=r"window=2: a sliding window is causal.*causal=True"):
         scaled_dot_product_attention(*_qkv(), window=2)
@@ -1352,3 +1368,38 @@ def test_step_kernel_rule(monkeypatch):
     assert pick(q.requires_grad_(), k, v) == "short"  # training
     monkeypatch.setattr(attention, "mkl_gemv_is_generic", lambda: False)
     assert pick(q.detach(), k, v) == "fused"
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["plain", "causal", "bool mask", "float mask", "window", "grouped", "weights", "dropout"],
+)
+def test_meta_tensors_give_meta_outputs_of_the_right_shape(case):
+    """Tensors on the meta device (shapes without data: how models are sized and built without
+    memory) went through the backends and then failed in the data-dependent checks
+    ("Tensor.item() cannot be called on meta tensors"). They give meta outputs of the shapes a
+    CPU call gives."""
+    kwargs, heads, kv_heads = {}, 4, 4
+    if case == "causal":
+        kwargs = dict(causal=True)
+    elif case == "bool mask":
+        kwargs = dict(mask=torch.ones(2, 1, 3, 5, dtype=torch.bool))
+    elif case == "float mask":
+        kwargs = dict(mask=torch.zeros(3, 5))
+    elif case == "window":
+        kwargs = dict(causal=True, window=2)
+    elif case == "grouped":
+        kv_heads = 2
+    elif case == "weights":
+        kwargs = dict(return_weights=True)
+    elif case == "dropout":
+        kwargs = dict(dropout=0.1)
+    shapes = [(2, heads, 3, 8), (2, kv_heads, 5, 8), (2, kv_heads, 5, 6)]
+    cpu = scaled_dot_product_attention(*(torch.randn(s) for s in shapes), **kwargs)
+    meta_kwargs = {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    meta = scaled_dot_product_attention(
+        *(torch.empty(s, device="meta") for s in shapes), **meta_kwargs
+    )
+    cpu, meta = (x if isinstance(x, tuple) else (x,) for x in (cpu, meta))
+    assert [t.shape for t in meta] == [t.shape for t in cpu]
+    assert all(t.is_meta for t in meta)

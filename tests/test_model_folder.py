@@ -752,3 +752,29 @@ def test_a_run_folder_is_named_as_one_when_it_may_not_be_replaced(tmp_path):
     (run / mf.RUN_LOCK_FILE).unlink()  # its checkpoints alone say what it is
     with pytest.raises(ValueError, match=r"it is a training run folder \(it holds \['best',"):
         mf.check_replaceable(run, what="--out")
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("float32", torch.float32),
+        ("bfloat16", torch.bfloat16),
+        ("float16", torch.float16),
+        ("half", torch.float16),
+        ("torch.bfloat16", torch.bfloat16),
+        (torch.float64, torch.float64),
+    ],
+)
+def test_a_dtype_is_taken_as_torch_names_it(given, expected):
+    assert mf.floating_dtype(given) is expected
+
+
+@pytest.mark.parametrize("given", ["fp32", "bf16", "int8", "torch.long", "", None, torch.int64])
+def test_a_dtype_torch_has_no_floating_name_for_is_refused(given):
+    """torch itself read "bfloat16" in .to() as a device ("Invalid device string")."""
+    with pytest.raises(
+        ValueError,
+        match=r"--dtype: expected a floating-point torch.dtype or its name \(float32, bfloat16, "
+        r"float16 or float64, with or without 'torch.'\), got ",
+    ):
+        mf.floating_dtype(given, "--dtype")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnkit.texts import check_text, check_texts
+from attnkit.texts import check_text, check_texts, check_tokenizer
 
 
 def test_texts_come_back_as_a_list_an_iterator_read_once():
@@ -39,3 +39,27 @@ def test_one_text_with_or_without_a_name():
         check_text("\ud800", "prompt")
     with pytest.raises(ValueError, match=r"^not valid UTF-8 text \(a lone surrogate U\+DFFF at "):
         check_text("ab\udfff")
+
+
+@pytest.mark.parametrize("text", [None, b"Ein Hund.", ["Ein Hund."], 3])
+def test_one_text_that_is_not_a_str_is_named(text):
+    """Before: AttributeError from text.isascii(), naming no argument."""
+    kind = type(text).__name__
+    with pytest.raises(TypeError, match=rf"^src_text: expected a str, got {kind}$"):
+        check_text(text, "src_text")
+    with pytest.raises(TypeError, match=rf"^text: expected a str, got {kind}$"):
+        check_text(text)
+
+
+def test_a_tokenizer_name_or_path_is_not_a_tokenizer():
+    from pathlib import Path
+
+    class Tokenizer:
+        def encode(self, text):
+            return []
+
+    check_tokenizer(Tokenizer())
+    check_tokenizer(None)  # "use the model's own", where the caller allows it
+    for given in ("gpt2", b"gpt2", Path("tok.json")):
+        with pytest.raises(TypeError, match=r"^tok: expected a tokenizer object .*downloads "):
+            check_tokenizer(given, "tok")

@@ -103,7 +103,7 @@ def causal_mask(
         raise ValueError(
             f"causal_mask: lengths must be integers >= 0, got q_len={q_len!r}, k_len={k_len!r}"
         )
-    _check_window(window)
+    window = check_window(window)
     ones = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
     mask = torch.tril(ones, diagonal=k_len - q_len)  # (T_q, T_k)
     if window is not None:
@@ -115,11 +115,13 @@ def _is_count(n: object) -> bool:
     return isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 0  # numpy too
 
 
-def _check_window(window: int | None) -> None:
-    if window is not None and (
-        isinstance(window, bool) or not isinstance(window, int) or window < 1
-    ):
+def check_window(window: int | None) -> int | None:
+    """``window`` as an int (a numpy integer too, as lengths take) or None; a ValueError naming
+    it for anything else (a bool, a float, a value < 1). Every module that takes a sliding
+    window checks it here."""
+    if window is not None and not (_is_count(window) and window >= 1):
         raise ValueError(f"window: expected an integer >= 1 or None, got {window!r}")
+    return None if window is None else int(window)
 
 
 def lengths_to_mask(
@@ -387,9 +389,10 @@ def _fast_result_trusted(out: Tensor, backend: str) -> bool:
     and only when one of them is exactly 0 (which also happens by chance, half-precision
     values cancelling: about one call in eight of a bf16 beam search) or too small to invert
     (subnormal) each row's largest magnitude, to tell a row of zeros from a sum that cancels.
+    A meta tensor (a shape without data: ``torch.device("meta")``) has nothing to check.
     """
     out = out.detach()
-    if out.numel() == 0:
+    if out.numel() == 0 or out.is_meta:
         return True
     # float16 sums can overflow (65,504) where the values are finite: sum in float32 there.
     # bfloat16 has float32's range and torch sums it in float32, then rounds: no cast needed
@@ -433,7 +436,7 @@ def _prepare_mask(
       is the newest position: it sees every key, except those a ``window`` leaves out. A window
       that reaches back over every key changes nothing and is dropped.
     * Rows with no allowed key are found (``empty``) and given every key, so that no kernel
-      makes NaN from them; the caller zeroes their output.
+      makes NaN from them; the caller zeroes their output. Meta tensors have no rows to look at.
     * The short kernel takes an additive mask in the query's dtype. A float mask in another
       dtype is shifted so that each row's largest entry is 0 before the cast (softmax ignores a
       per-row constant), so large finite values (-1e9) cannot overflow in a narrower dtype.
@@ -458,7 +461,7 @@ def _prepare_mask(
     allowed = mask if is_bool else mask != float("-inf")
     seen = allowed.any(dim=-1, keepdim=True)  # (..., T_q, 1): rows with an allowed key
     empty = None
-    if not bool(seen.all()):
+    if not seen.is_meta and not bool(seen.all()):  # meta: no data, only the output's shape
         empty = ~seen
         mask = mask.masked_fill(empty, True if is_bool else 0.0)
     if backend == SHORT and is_bool:
@@ -510,7 +513,7 @@ def scaled_dot_product_attention(
     batch, groups = _check_inputs(query, key, value, mask, dropout, scale)
     if not isinstance(causal, bool):  # "no" would be true
         raise TypeError(f"causal: expected a bool, got {causal!r}")
-    _check_window(window)
+    window = check_window(window)
     if window is not None and not causal:
         raise ValueError(
             f"window={window}: a sliding window is causal (query i sees keys i - window < j <= i); "
@@ -646,7 +649,7 @@ def _attention_readable(
     if dropout > 0.0:
         weights = F.dropout(weights, p=dropout)
     out = torch.matmul(weights, value)  # (..., T_q, d_v)
-    if allowed is not None and not bool(torch.isfinite(value).all()):
+    if allowed is not None and not value.is_meta and not bool(torch.isfinite(value).all()):
         # In the matmul 0 x NaN = NaN would carry a masked-out value into every row: sum each
         # row over its allowed keys only.
         terms = weights.unsqueeze(-1) * value.unsqueeze(-3)  # (..., T_q, T_k, d_v)

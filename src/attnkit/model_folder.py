@@ -374,13 +374,34 @@ def _names(keys: Iterable[str], most: int = 8) -> str:
     return f"{keys[:most]}{more}"
 
 
+def floating_dtype(dtype: torch.dtype | str, name: str = "dtype") -> torch.dtype:
+    """``dtype`` as a floating-point ``torch.dtype``: the dtype itself, or its name as torch
+    spells it (``"float32"``, ``"bfloat16"``, ``"float16"``, ``"float64"``, also ``"half"``,
+    ``"torch.bfloat16"``): the one reading of a dtype that loaders, ``init_cache`` and the
+    commands' ``--dtype`` share. torch itself reads a string in ``.to()`` as a device ("Invalid
+    device string: 'bfloat16'").
+
+    Raises:
+        ValueError: naming ``name``, for anything else ("fp32", an integer dtype).
+    """
+    found = dtype
+    if isinstance(dtype, str):
+        found = getattr(torch, dtype.removeprefix("torch."), None)
+    if isinstance(found, torch.dtype) and found.is_floating_point:
+        return found
+    raise ValueError(
+        f"{name}: expected a floating-point torch.dtype or its name (float32, bfloat16, float16 "
+        f"or float64, with or without 'torch.'), got {dtype!r}"
+    )
+
+
 def load_state_dict_into(
     model: nn.Module,
     state: Mapping[str, Tensor],
     *,
     source: str | os.PathLike[str],
     against: str = "the model",
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | str | None = None,
     assign: bool = False,
 ) -> nn.Module:
     """Loads ``state`` into ``model``, strictly, with errors that name ``source``.
@@ -395,7 +416,8 @@ def load_state_dict_into(
         state: name -> tensor, in the model's names (map foreign names first).
         source: The file the tensors came from, for messages.
         against: What the model was built from, for messages (e.g. its config.json).
-        dtype: Cast the model to this floating dtype after loading.
+        dtype: Cast the model to this floating dtype (or its name, :func:`floating_dtype`)
+            after loading.
         assign: Take the stored tensors as the parameters instead of copying (faster for a
             model built without initialisation); refused for models with tied weights.
 
@@ -406,6 +428,7 @@ def load_state_dict_into(
         ValueError: On missing, unexpected, mis-shaped or non-floating tensors, or tied tensors
             that differ in the file.
     """
+    dtype = None if dtype is None else floating_dtype(dtype)
     prefix = f"{source}: weights do not match the model"
     if against != "the model":
         prefix = f"{source}: does not match {against}; weights do not match the model"
@@ -458,7 +481,7 @@ def load_weights(
     path: str | os.PathLike[str],
     *,
     against: str = "the model",
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | str | None = None,
 ) -> nn.Module:
     """:func:`read_weights` of ``path`` (a file or folder), then :func:`load_state_dict_into`."""
     path = Path(path)

@@ -42,7 +42,7 @@ def load_pretrained(
     folder: str | os.PathLike[str] | None,
     *,
     device: torch.device | str = "cpu",
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | str = torch.float32,
 ) -> LoadedModel:
     """Loads a translation, Hugging Face BERT, GPT-2 (attnkit's language models included),
     Llama, Mistral or Qwen2 folder, by what its ``config.json`` says
@@ -53,6 +53,7 @@ def load_pretrained(
         ValueError: If the folder or its ``config.json`` is missing or unreadable, or it
             holds a kind of model attnkit does not load (naming the file).
     """
+    dtype = mf.floating_dtype(dtype)  # before reading anything
     folder = resolve_model_dir(folder)
     kind = mf.expect_kind(folder, mf.read_config(folder), *mf.LOADABLE_KINDS)
     if kind == "bert":

@@ -1,6 +1,7 @@
 """Text given to the models, checked once for every entry point: a list of str, each one valid
 UTF-8 (a lone surrogate, how undecodable bytes arrive in a str, is refused by name; the
-`tokenizers` library would raise a TypeError naming no text).
+`tokenizers` library would raise a TypeError naming no text). And the tokenizer given with
+them: an object, not a name (:func:`check_tokenizer`).
 
 :class:`~attnkit.decoding.Translator`, :class:`~attnkit.models.BertModel`, the text API of
 :mod:`attnkit.generation` and the HTTP server's request bodies check their texts here.
@@ -8,9 +9,10 @@ UTF-8 (a lone surrogate, how undecodable bytes arrive in a str, is refused by na
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 
-__all__ = ["check_text", "check_texts"]
+__all__ = ["check_text", "check_texts", "check_tokenizer"]
 
 
 def check_texts(texts: Iterable[str], name: str, *, item: str = "text") -> list[str]:
@@ -47,8 +49,12 @@ def check_texts(texts: Iterable[str], name: str, *, item: str = "text") -> list[
 
 
 def check_text(text: str, name: str | None = None) -> str:
-    """``text`` itself, unless it holds a lone surrogate (U+D800-U+DFFF): a ValueError naming
-    ``name`` (when given) and the character's position (1-based)."""
+    """``text`` itself, unless it is not a str (a TypeError naming ``name`` and the type given,
+    where ``None``, bytes or a list failed deep inside on a missing str method) or holds a lone
+    surrogate (U+D800-U+DFFF): a ValueError naming ``name`` (when given) and the character's
+    position (1-based)."""
+    if not isinstance(text, str):
+        raise TypeError(f"{name or 'text'}: expected a str, got {type(text).__name__}")
     if text.isascii():  # the common case, without an encoded copy
         return text
     try:
@@ -60,3 +66,33 @@ def check_text(text: str, name: str | None = None) -> str:
             "arrive in a str)"
         ) from None
     return text
+
+
+def check_tokenizer(
+    tokenizer: object,
+    name: str = "tokenizer",
+    *,
+    instead: str = (
+        "None for the model's own tokenizer, or one read from a file "
+        "(GPTTokenizer.from_file('FOLDER/tokenizer.json'))"
+    ),
+) -> None:
+    """Refuse a name or path where a tokenizer object is expected (``"gpt2"``, a Hub name, a
+    folder): a str has an ``encode`` too (``str.encode``), which failed deep inside with
+    "LookupError: unknown encoding".
+
+    Args:
+        tokenizer: what was given.
+        name: the argument, for the error.
+        instead: what to pass instead, for the error.
+
+    Raises:
+        TypeError: naming ``name`` and what was given, and saying what to pass instead:
+            attnkit downloads nothing.
+    """
+    if isinstance(tokenizer, (str, bytes, os.PathLike)):
+        raise TypeError(
+            f"{name}: expected a tokenizer object (with encode and decode), got the "
+            f"{type(tokenizer).__name__} {tokenizer!r}; attnkit downloads nothing: pass "
+            f"{instead}"
+        )

@@ -143,8 +143,8 @@ def test_help_names_the_shipped_default(capsys):
         (["--top-k", "-2"], "--top-k: expected an integer >= 0"),
         (["--temperature", "0", "--top-k", "5"], "--temperature 0 means greedy"),
         (["--max-new-tokens", "0"], "--max-new-tokens: expected an integer >= 1"),
-        (["--max-new-tokens", "96"], "--max-new-tokens: expected at most 95"),
-        (["--max-new-tokens", "95"], "max_new_tokens: the longest prompt has"),
+        (["--max-new-tokens", "97"], "--max-new-tokens: expected at most 96"),
+        (["--max-new-tokens", "96"], "max_new_tokens: the longest prompt has"),
         (["--repetition-penalty", "0"], "--repetition-penalty: expected a finite penalty > 0"),
         (["--repetition-penalty", "-1"], "--repetition-penalty: expected a finite penalty > 0"),
         (["--stop", ""], "--stop"),
@@ -198,14 +198,14 @@ def test_a_tiny_repetition_penalty_is_not_an_error(model_dir, capsys):
 def test_a_prompt_too_long_is_named_by_its_line(model_dir, gpt, monkeypatch, capsys):
     long = "the king " * 30
     n = len(gpt.tokenizer.encode(long))
-    assert n >= gpt.config.context_length == 96
+    assert n > gpt.config.context_length == 96
     _stdin(monkeypatch, f"hello\n{long}\nthe cat\n")
     assert _exit_code(["generate", "--model", str(model_dir), "--max-new-tokens", "5"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""  # refused before anything is generated
     assert (
-        f"error: <stdin>: line 2: prompt too long: {n} tokens; at most 95 fit the model's "
-        "context_length=96, which must leave room for a new token"
+        f"error: <stdin>: line 2: prompt too long: {n} tokens; at most 96 fit the model's "
+        "context_length=96"
     ) in captured.err
     assert _exit_code(["generate", "--model", str(model_dir), long]) == 2
-    assert f"error: PROMPT: prompt too long: {n} tokens; at most 95 fit" in capsys.readouterr().err
+    assert f"error: PROMPT: prompt too long: {n} tokens; at most 96 fit" in capsys.readouterr().err

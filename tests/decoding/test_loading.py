@@ -54,6 +54,16 @@ def test_config_fields_at_the_top_level(tmp_path, model, tokenizer):
     torch.testing.assert_close(loaded.output.weight.float(), model.output.weight, rtol=0, atol=0)
 
 
+def test_the_dtype_may_be_given_by_its_torch_name(tmp_path, model, tokenizer):
+    """GPT.from_pretrained and BertModel.from_pretrained take "bfloat16"; so does this loader,
+    with the same reading and the same refusal."""
+    save_translation_model(tmp_path, model, tokenizer)
+    loaded, _, _ = load_translation_model(tmp_path, dtype="bfloat16")
+    assert {p.dtype for p in loaded.parameters()} == {torch.bfloat16}
+    with pytest.raises(ValueError, match=r"dtype: expected a floating-point torch.dtype or its "):
+        load_translation_model(tmp_path, dtype="bf16")
+
+
 @pytest.mark.parametrize("missing", ["config.json", "model.safetensors", "tokenizer.json"])
 def test_missing_file_is_named(tmp_path, model, tokenizer, missing):
     save_translation_model(tmp_path, model, tokenizer)

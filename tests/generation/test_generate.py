@@ -206,24 +206,50 @@ def test_tensor_prompts(pair):
 
 
 def test_max_new_tokens_must_fit_the_context(pair):
-    _, gpt = pair
+    _, gpt = pair  # the longest of PROMPTS has 7 tokens: 7 + 91 - 1 positions > 96
     with pytest.raises(ValueError, match="max_new_tokens.*context_length=96"):
-        generate(gpt, PROMPTS, GenerationConfig(max_new_tokens=90))
+        generate(gpt, PROMPTS, GenerationConfig(max_new_tokens=91))
     assert (
-        len(generate(gpt, [[1]], GenerationConfig(max_new_tokens=95, eos_ids=())).tokens[0]) == 95
+        len(generate(gpt, [[1]], GenerationConfig(max_new_tokens=96, eos_ids=())).tokens[0]) == 96
     )
 
 
 def test_a_prompt_too_long_for_the_context_is_named(pair):
     _, gpt = pair  # context_length=96
     message = (
-        r"prompts\[1\]: prompt too long: 96 tokens; at most 95 fit the model's "
-        "context_length=96, which must leave room for a new token"
+        r"prompts\[1\]: prompt too long: 97 tokens; at most 96 fit the model's "
+        "context_length=96"
     )
     with pytest.raises(ValueError, match=message):
-        generate(gpt, [[1, 2], [3] * 96], GenerationConfig(max_new_tokens=1))
+        generate(gpt, [[1, 2], [3] * 97], GenerationConfig(max_new_tokens=1))
     with pytest.raises(ValueError, match="max_new_tokens: the longest prompt has 95 tokens"):
-        generate(gpt, [[1, 2], [3] * 95], GenerationConfig(max_new_tokens=2))
+        generate(gpt, [[1, 2], [3] * 95], GenerationConfig(max_new_tokens=3))
+
+
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cache", "recompute"])
+def test_the_last_new_token_needs_no_position(pair, use_cache):
+    """A prompt of 5 tokens and 92 new tokens read positions 0 .. 95 (the last new token is
+    returned, never fed back): the whole context of 96, which refused 92 before. The tokens are
+    Hugging Face's for the same weights, and a full prompt of 96 tokens still gets one token;
+    one more is refused with the count that fits."""
+    hf, gpt = pair
+    prompt = [5, 6, 7, 8, 9]
+    config = GenerationConfig(max_new_tokens=92, eos_ids=(), use_cache=use_cache)
+    ours = generate(gpt, [prompt], config).tokens[0]
+    assert ours == _hf_generate(hf, prompt, 92, do_sample=False)[0, 5:].tolist()
+    full = list(range(1, 97))
+    one = dataclasses.replace(config, max_new_tokens=1)
+    assert (
+        generate(gpt, [full], one).tokens[0]
+        == _hf_generate(hf, full, 1, do_sample=False)[0, 96:].tolist()
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"max_new_tokens: the longest prompt has 5 tokens, so at most 92 new tokens fit the "
+        r"model's context_length=96 \(it reads the prompt and every new token but the last\), "
+        r"got 93",
+    ):
+        generate(gpt, [prompt], dataclasses.replace(config, max_new_tokens=93))
 
 
 @pytest.mark.parametrize("prompts", [[], [[]]])
@@ -387,4 +413,5 @@ def test_llama_generation_with_the_cache_equals_recomputing(options):
     window = options.get("window")
     for i, layer in enumerate(cache.layers):
         windowed = window is not None and i >= options.get("full_attention_layers", 0)
-        assert layer.k.shape == (3, 2, window if windowed else 11 + 40, 8)
+        # Every slot read: the prompts' 11 and the new tokens' but the last (never fed back).
+        assert layer.k.shape == (3, 2, window if windowed else 11 + 40 - 1, 8)

@@ -111,6 +111,21 @@ def test_prompts_must_be_strings(gpt):
         next(stream_text(gpt, None, ["a list"], GenerationConfig()))
 
 
+@pytest.mark.parametrize("name", ["gpt2", "models/gpt2"])
+def test_a_tokenizer_name_is_refused_with_what_to_pass(gpt, name):
+    """A name where the tokenizer object goes reached str.encode, which read the prompt as an
+    encoding name: "LookupError: unknown encoding: hello"."""
+    message = (
+        rf"^tokenizer: expected a tokenizer object \(with encode and decode\), got the str "
+        rf"'{name}'; attnkit downloads nothing: pass None for the model's own tokenizer, or one "
+        r"read from a file \(GPTTokenizer.from_file\('FOLDER/tokenizer.json'\)\)$"
+    )
+    with pytest.raises(TypeError, match=message):
+        generate_text(gpt, name, ["hello"], GenerationConfig(max_new_tokens=2))
+    with pytest.raises(TypeError, match=message):
+        next(stream_text(gpt, name, "hello", GenerationConfig(max_new_tokens=2)))
+
+
 def test_no_prompts_give_no_results(gpt):
     # As Translator.translate([]) and BertModel.encode([]): an empty batch is not an error.
     assert generate_text(gpt, None, [], GenerationConfig()) == []

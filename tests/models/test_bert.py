@@ -484,6 +484,15 @@ def test_bfloat16_weights_load_as_float32(tiny_hf_dir, tmp_path):
     assert torch.equal(ours.embeddings.word.weight, want)
 
 
+def test_from_pretrained_takes_a_dtype_by_its_torch_name(tiny_hf_dir):
+    """The name "bfloat16" reached torch's .to() as a device ("Invalid device string")."""
+    half = BertModel.from_pretrained(tiny_hf_dir, dtype="bfloat16")
+    assert {p.dtype for p in half.parameters()} == {torch.bfloat16}
+    with pytest.raises(ValueError, match=r"dtype: expected a floating-point torch.dtype or its "
+                       r"name \(float32, bfloat16, float16 or float64.*got 'fp32'"):  # fmt: skip
+        BertModel.from_pretrained(tiny_hf_dir, dtype="fp32")
+
+
 def test_bad_sentence_transformers_max_seq_length_names_the_file(tiny_hf_dir, tmp_path):
     folder = _tiny_copy(tiny_hf_dir, tmp_path)
     shutil.copy(default_model_dir() / "tokenizer.json", folder / "tokenizer.json")

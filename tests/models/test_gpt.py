@@ -676,3 +676,51 @@ def test_llama_in_bfloat16_and_under_autocast(rows):
     for got in (auto, half):
         assert got.dtype == torch.bfloat16
         torch.testing.assert_close(got[mask].float(), want[mask], atol=0.3, rtol=0.05)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_a_model_built_on_the_meta_device_runs_a_forward(kind):
+    """torch.device("meta") builds a model without memory (to count its shapes and parameters):
+    its forward, with padding, with a cache and with the weights, gives meta tensors of the
+    shapes a CPU model gives (the checks that read ids, masks and positions failed there)."""
+    with torch.device("meta"):
+        model = tiny() if kind == "gpt2" else llama(window=3)
+        ids = torch.randint(0, 53, (2, 7))
+        keep = torch.ones(2, 7, dtype=torch.long)
+        out = model(ids, attention_mask=keep, return_weights=True)
+        cache = model.init_cache(2, 9)
+        prefill = model(ids, attention_mask=keep, cache=cache)
+        step = model(ids[:, :1], cache=cache)
+    assert out.logits.is_meta and out.logits.shape == (2, 7, 53)
+    assert out.weights[0].shape == (2, model.config.num_heads, 7, 7)
+    assert prefill.logits.shape == (2, 7, 53) and step.logits.shape == (2, 1, 53)
+    assert cache.length == 8 and step.hidden.is_meta
+
+
+def test_a_numpy_integer_window_is_stored_as_an_int(tmp_path):
+    """A numpy integer window (as attention takes it) is the config's int: a model with it
+    writes its folder (json has no numpy integers) and reads back the same window."""
+    np = pytest.importorskip("numpy")
+    model = llama(window=np.int64(3))
+    assert type(model.config.window) is int and model.config.window == 3
+    assert all(
+        layer.self_attn.window == 3 and type(layer.self_attn.window) is int
+        for layer in model.blocks.layers
+    )
+    model.save_pretrained(tmp_path / "m")
+    assert GPT.from_pretrained(tmp_path / "m").config.window == 3
+
+
+def test_a_tokenizer_name_is_refused_with_what_to_pass():
+    """A name where the tokenizer object goes was kept, and failed later inside generation
+    ("LookupError: unknown encoding", from str.encode)."""
+    with pytest.raises(TypeError, match=r"tokenizer: expected a tokenizer object .* got the str "
+                       r"'gpt2'; attnkit downloads nothing"):  # fmt: skip
+        GPT(GPTConfig(**TINY), tokenizer="gpt2")
+
+
+def test_init_cache_takes_a_dtype_by_name():
+    model = tiny()
+    assert model.init_cache(1, 4, dtype="bfloat16").layers[0].k.dtype == torch.bfloat16
+    with pytest.raises(ValueError, match=r"dtype: expected a floating-point torch.dtype or its "):
+        model.init_cache(1, 4, dtype="fp16")

@@ -384,6 +384,16 @@ def test_from_pretrained_casts_to_the_dtype_asked(small_dir, model, rows):
     torch.testing.assert_close(got[mask].float(), expected[mask], atol=0.3, rtol=0.05)
 
 
+def test_from_pretrained_takes_a_dtype_by_its_torch_name(small_dir):
+    """The name "bfloat16" reached torch's .to() as a device ("Invalid device string")."""
+    for name in ("bfloat16", "torch.bfloat16"):
+        half = GPT.from_pretrained(small_dir, dtype=name)
+        assert {p.dtype for p in half.parameters()} == {torch.bfloat16}
+    with pytest.raises(ValueError, match=r"dtype: expected a floating-point torch.dtype or its "
+                       r"name \(float32, bfloat16, float16 or float64.*got 'bf16'"):  # fmt: skip
+        GPT.from_pretrained(small_dir, dtype="bf16")
+
+
 def test_tokenizer_that_does_not_fit_the_model_is_refused(tmp_path, small_dir, tokenizer):
     for name in ("config.json", "model.safetensors", "tokenizer.json"):
         (tmp_path / name).write_bytes((small_dir / name).read_bytes())

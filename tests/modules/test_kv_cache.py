@@ -256,6 +256,17 @@ def test_a_bad_window_is_refused(window):
         KVCache(1, 1, 4, 2, window=window)
 
 
+def test_a_numpy_integer_window_is_taken_as_the_sizes_are():
+    """batch_size, max_len and the other sizes took numpy integers; the window did not."""
+    np = pytest.importorskip("numpy")
+    cache = KVCache(1, 1, np.int64(6), 2, window=np.int64(3))
+    assert type(cache.window) is int and cache.window == 3 and cache.capacity == 3
+    keys = torch.arange(5.0).view(1, 1, 5, 1).expand(1, 1, 5, 2)  # (B, H, T, hd)
+    k, _ = cache.update(keys, keys)
+    assert k[0, 0, :, 0].tolist() == [0, 1, 2, 3, 4]  # all new keys, for the new queries
+    assert sorted(cache.k[0, 0, :, 0].tolist()) == [2, 3, 4]  # the ring holds the last 3
+
+
 @pytest.mark.parametrize("window", [None, 3])
 def test_both_layouts_hold_the_same_keys_and_values(window):
     """Head-major and position-major storage differ only in memory: every update, ring

@@ -520,3 +520,78 @@ def test_inputs_of_another_dtype_than_the_weights_are_named():
         mha(x, torch.randn(2, 5, 8, dtype=torch.float64))
     with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast casts for the projections
         assert mha(x.bfloat16(), torch.randn(2, 5, 8)).output.shape == (2, 3, 16)
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_a_call_that_fails_after_the_cache_update_takes_it_back(window):
+    """A mask of the wrong shape fails in the attention, after the cache took the new keys:
+    the cache was left longer, and the retry with the right mask saw those keys twice (or ran
+    past max_len). Every chunk here fails once, then runs, and the outputs are the full
+    pass's; with a window the chunks overrun the ring (which rewrites all of it) and a single
+    step overwrites its oldest slot."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4, window=window).eval()
+    x = torch.randn(2, 9, 16)
+    keep = torch.ones(2, 9, dtype=torch.bool)
+    keep[1, :2] = False  # a left-padded row
+    with torch.no_grad():
+        full = mha(x, mask=keep[:, None], causal=True).output
+        cache = mha.init_cache(2, 9)
+        parts = []
+        for a, b in [(0, 4), (4, 6), (6, 7), (7, 9)]:
+            wrong = torch.ones(2, 1, b + 1, dtype=torch.bool)  # one key too many
+            with pytest.raises(ValueError, match=r"mask: shape"):
+                mha(x[:, a:b], mask=wrong, causal=True, cache=cache)
+            assert cache.length == a
+            parts.append(mha(x[:, a:b], mask=keep[:, None, :b], causal=True, cache=cache).output)
+    torch.testing.assert_close(torch.cat(parts, 1), full, **TOL)
+
+
+def test_a_cross_attention_call_that_fails_leaves_its_cache_empty():
+    """The first call fills a cross-attention cache; when it then fails, the retry (here with
+    the context the caller meant) projects its context instead of reusing the failed call's."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4).eval()
+    x, meant, other = torch.randn(2, 3, 16), torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    cache = mha.init_cache(2, 5)
+    with torch.no_grad():
+        with pytest.raises(ValueError, match=r"mask: shape"):
+            mha(x, other, mask=torch.ones(2, 1, 6, dtype=torch.bool), cache=cache)
+        assert cache.length == 0
+        out = mha(x, meant, cache=cache).output
+        torch.testing.assert_close(out, mha(x, meant).output, **TOL)
+
+
+def test_a_module_built_on_the_meta_device_gives_meta_outputs():
+    """Built under torch.device("meta") (weights without memory), self-attention (with a cache,
+    a window and grouped heads) and cross-attention give meta outputs of the shapes a CPU
+    module gives; the data-dependent checks of the attention failed on them."""
+    with torch.device("meta"):
+        mha = MultiHeadAttention(16, 4, num_kv_heads=2, window=3)
+        cross = MultiHeadAttention(16, 4, kv_dim=8)
+        x, context = torch.randn(2, 5, 16), torch.randn(2, 7, 8)
+        keep = torch.ones(2, 1, 5, dtype=torch.bool)
+        out = mha(x, mask=keep, causal=True)
+        cache = mha.init_cache(2, 6)
+        prefill = mha(x, mask=keep, causal=True, cache=cache)
+        step = mha(x[:, :1], causal=True, cache=cache)
+        crossed = cross(x, context, return_weights=True)
+    assert out.output.shape == prefill.output.shape == (2, 5, 16)
+    assert step.output.shape == (2, 1, 16) and cache.length == 6
+    assert crossed.output.shape == (2, 5, 16) and crossed.weights.shape == (2, 4, 5, 7)
+    assert all(t.is_meta for t in (out.output, step.output, crossed.output, crossed.weights))
+
+
+def test_a_numpy_integer_window_is_taken_and_stored_as_an_int():
+    np = pytest.importorskip("numpy")
+    torch.manual_seed(0)
+    plain = MultiHeadAttention(16, 4, window=3)
+    numpy_window = MultiHeadAttention(16, 4, window=np.int64(3))
+    numpy_window.load_state_dict(plain.state_dict())
+    assert type(numpy_window.window) is int and numpy_window.window == 3
+    assert numpy_window.init_cache(1, 8).capacity == 3
+    x = torch.randn(2, 6, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            numpy_window(x, causal=True).output, plain(x, causal=True).output, atol=0, rtol=0
+        )

@@ -45,5 +45,5 @@ def test_a_prompt_longer_than_the_context_is_named(client, gpt):
     r = client.post("/v1/generate", json={"prompt": prompt, "max_new_tokens": 5})
     assert r.status_code == 413, r.text
     assert r.json()["error"]["message"] == (
-        f"prompt: {n} tokens; with max_new_tokens=5 at most 91 fit the model's context of 96 tokens"
+        f"prompt: {n} tokens; with max_new_tokens=5 at most 92 fit the model's context of 96 tokens"
     )

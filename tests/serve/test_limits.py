@@ -62,7 +62,7 @@ LONG = "Ein sehr langer Satz mit vielen vielen Wörtern, der nicht passt."
         ("/v1/generate", {"prompt": "hi", "stop": [""]}, 422, "stop[0]: expected non-empty text"),
         ("/v1/generate", {"prompt": "hi", "top_p": 0}, 422, "top_p: Input should be greater than 0"),
         ("/v1/generate", {"prompt": "the cat " * 40, "max_new_tokens": 20}, 413,
-         "with max_new_tokens=20 at most 76 fit the model's context of 96 tokens"),
+         "with max_new_tokens=20 at most 77 fit the model's context of 96 tokens"),
     ],
 )  # fmt: skip
 def test_limits_name_the_problem(client, path, body, status, message):

@@ -501,3 +501,102 @@ def test_a_kept_step_checkpoint_holding_a_users_file_is_not_deleted(tmp_path, mo
     assert (run / "steps" / "step_0000002" / "notes.txt").read_text() == "mine"
     assert sorted(p.name for p in (run / "steps").iterdir()) == ["step_0000002", "step_0000006"]
     assert f"kept {run / 'steps' / 'step_0000002'}, not deleting it: it holds" in caplog.text
+
+
+KEEP = ["optim.val_bleu=false", "optim.save_every=2", "optim.keep_checkpoints=2"]
+
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory):
+    """A run of 4 steps with `last`, `best` and two kept `steps/` checkpoints; each test takes
+    a copy (:func:`_copy_run`)."""
+    run = tmp_path_factory.mktemp("stopped") / "run"
+    train(fast_config("optim.max_steps=4", *KEEP), run, progress=False)
+    assert {p.name for p in run.iterdir() if p.is_dir()} == {"best", "last", "steps"}
+    return run
+
+
+def _copy_run(stopped_run: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(stopped_run, tmp_path / "run"))
+
+
+def _no_resume_advice(run: Path) -> str:
+    kept = ", ".join(
+        repr(str(run / n)) for n in ("best", "steps/step_0000002", "steps/step_0000004")
+    )
+    return (
+        "a run resumes only from its `last` checkpoint (weights with the optimizer, schedule "
+        "and data order), and attnkit cannot use this one, so the run cannot be resumed; its "
+        f"trained weights are kept in {kept} (models to translate or evaluate with, not runs to "
+        f"resume). To train on, start a new run in another folder: `attnkit train --config "
+        f"{run / 'config.toml'} --out NEW_FOLDER`; nothing was trained"
+    )
+
+
+def test_a_last_attnkit_cannot_read_as_its_own_is_not_advised_aside(stopped_run, tmp_path):
+    """`last` holding nothing but attnkit's file names, written by something else (weights
+    without attnkit's mark, a config.json without its "model" section): the refusal said
+    "move it aside, then resume", and a resume without `last` has nothing to resume from."""
+    run = _copy_run(stopped_run, tmp_path)
+    last = run / "last"
+    from safetensors.torch import load_file, save_file
+
+    save_file(load_file(last / "model.safetensors"), last / "model.safetensors")  # no mark
+    config = json.loads((last / "config.json").read_text())
+    (last / "config.json").write_text(json.dumps({**config.pop("model"), **config}))
+    before = _contents(run)
+    with pytest.raises(RunFolderError) as caught:
+        train(fast_config("optim.max_steps=8", *KEEP), run, resume=True, progress=False)
+    message = str(caught.value)
+    assert message == (
+        f"--resume '{run}': checkpoint folder '{last}': refusing to replace it: neither "
+        'attnkit\'s writer mark in model.safetensors nor its "model" section in config.json; '
+        + _no_resume_advice(run)
+    )
+    assert "aside" not in message
+    assert _contents(run) == before
+    # The advice holds: the kept weights are models, and a new run in another folder trains.
+    from attnkit.decoding.loading import load_translation_model
+
+    load_translation_model(run / "best")
+    assert (
+        train(fast_config("optim.max_steps=2", *KEEP), tmp_path / "new", progress=False).step == 2
+    )
+
+
+def test_a_corrupt_last_names_the_file_and_what_is_kept(stopped_run, tmp_path):
+    """A truncated `last/model.safetensors` ended the resume with the reader's error alone."""
+    run = _copy_run(stopped_run, tmp_path)
+    (run / "last" / "model.safetensors").write_bytes(b"garbage")
+    with pytest.raises(RunFolderError) as caught:
+        train(fast_config("optim.max_steps=8", *KEEP), run, resume=True, progress=False)
+    assert str(caught.value).startswith(
+        f"--resume '{run}': {run / 'last' / 'model.safetensors'}: not a readable safetensors file ("
+    )
+    assert str(caught.value).endswith("truncated or corrupt; " + _no_resume_advice(run))
+
+
+def test_a_link_for_last_is_advised_to_be_replaced_by_its_folder(stopped_run, tmp_path):
+    """`last` as a link to the real checkpoint (a run never writes through a link): the advice
+    was to move it aside, after which there was no `last`; now it is to put the folder in its
+    place, which done, the resume goes on."""
+    run = _copy_run(stopped_run, tmp_path)
+    real = tmp_path / "elsewhere"
+    (run / "last").rename(real)
+    (run / "last").symlink_to(real, target_is_directory=True)
+    with pytest.raises(RunFolderError) as caught:
+        train(fast_config("optim.max_steps=6", *KEEP), run, resume=True, progress=False)
+    assert str(caught.value) == (
+        f"--resume '{run}': checkpoint folder '{run / 'last'}': refusing to replace it: a "
+        f"symbolic link; put the folder the link '{run / 'last'}' points to in its place (a run "
+        "replaces `last` at every save, never through a link) (attnkit never deletes or "
+        f"replaces files it did not write), then run `attnkit train --resume {run}` again; "
+        "nothing was trained"
+    )
+    (run / "last").unlink()
+    real.rename(run / "last")
+    assert (
+        train(fast_config("optim.max_steps=6", *KEEP), run, resume=True, progress=False).step == 6
+    )

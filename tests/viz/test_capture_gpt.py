@@ -56,6 +56,10 @@ def test_labels_are_the_tokens(pair):
 def test_bad_text(pair):
     with pytest.raises(ValueError, match="text"):
         capture_gpt(pair[1], None, "  ")
+    with pytest.raises(TypeError, match=r"^text: expected a str, got bytes$"):
+        capture_gpt(pair[1], None, b"the cat")
+    with pytest.raises(TypeError, match=r"tokenizer: expected a tokenizer object.*'gpt2'"):
+        capture_gpt(pair[1], "gpt2", "the cat")
 
 
 def test_attention_command_on_a_gpt_folder(pair, tmp_path, capsys):

@@ -176,7 +176,7 @@ def load_tokenizer(folder: str | os.PathLike[str]) -> SubwordTokenizer:
 def load_translation_model(
     path: str | os.PathLike[str] | None = None,
     device: torch.device | str = "cpu",
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | str = torch.float32,
 ) -> TranslationModel:
     """Load a model folder for decoding.
 
@@ -186,7 +186,8 @@ def load_translation_model(
     Args:
         path: the folder; None = the shipped model (:func:`resolve_model_dir`).
         device: where to put the model.
-        dtype: floating dtype of the parameters.
+        dtype: floating dtype of the parameters, or its name ("bfloat16";
+            :func:`attnkit.model_folder.floating_dtype`).
 
     Returns:
         A :class:`TranslationModel` (model in eval mode).
@@ -196,8 +197,7 @@ def load_translation_model(
         ValueError: If ``path`` is not a folder, or a file is missing or corrupt, or the
             weights do not fit the config (the message names the file).
     """
-    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise ValueError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
+    dtype = mf.floating_dtype(dtype)
     folder = resolve_model_dir(path)
     config = read_model_config(folder)
     tokenizer = load_tokenizer(folder)

@@ -3,8 +3,9 @@
 The decoding is split as in gpt-fast's ``generate.py``:
 
 * :func:`prefill` runs the (left-padded) prompts once, filling the model's static KV cache
-  (:class:`~attnkit.models.GPTCache`, preallocated for prompt + new tokens), and returns the
-  logits of each prompt's last token (the output head runs on that position only);
+  (:class:`~attnkit.models.GPTCache`, preallocated for the slots the model reads: the prompt
+  and the new tokens but the last, which is never fed back), and returns the logits of each
+  prompt's last token (the output head runs on that position only);
 * :func:`decode_one_token` runs the newest token of every row, reading and extending the cache;
   with ``cache=None`` it recomputes the whole prefix instead (the reference path, and the
   baseline of ``benchmarks/generate.py``);
@@ -53,6 +54,7 @@ __all__ = [
     "generate",
     "generate_steps",
     "pad_prompts",
+    "positions_read",
     "prefill",
     "resolve_eos",
 ]
@@ -227,8 +229,16 @@ def _decode_hidden(model, token: Tensor, cache, *, ids: Tensor, mask: Tensor) ->
     return hidden[:, -1]  # (B, D)
 
 
+def positions_read(prompt_tokens: int, new_tokens: int) -> int:
+    """The positions a model reads to write ``new_tokens`` after a prompt of ``prompt_tokens``:
+    the prompt's and every new token's but the last, which is returned and never fed back. A
+    prompt of 5 tokens and 124 new tokens read positions 0 .. 127, a context of 128."""
+    return prompt_tokens + new_tokens - 1
+
+
 def check_prompt_length(n_tokens: int, context_length: int, *, name: str = "prompt") -> None:
-    """Raise unless a prompt of ``n_tokens`` leaves room for one new token in the context.
+    """Raise unless a prompt of ``n_tokens`` fits the context with one new token: at most
+    ``context_length`` tokens (the new token is read from the prompt's last position).
 
     Args:
         n_tokens: the prompt's length in tokens.
@@ -238,10 +248,10 @@ def check_prompt_length(n_tokens: int, context_length: int, *, name: str = "prom
     Raises:
         ValueError: naming the prompt, its token count and the context length.
     """
-    if n_tokens >= context_length:
+    if positions_read(n_tokens, 1) > context_length:
         raise ValueError(
-            f"{name}: prompt too long: {n_tokens} tokens; at most {context_length - 1} fit the "
-            f"model's context_length={context_length}, which must leave room for a new token"
+            f"{name}: prompt too long: {n_tokens} tokens; at most {context_length} fit the "
+            f"model's context_length={context_length}"
         )
 
 
@@ -251,11 +261,12 @@ def _check_length(model, mask: Tensor, config: GenerationConfig) -> None:
     for row, n_tokens in enumerate(lengths):
         check_prompt_length(n_tokens, context, name=f"prompts[{row}]")
     longest = max(lengths)
-    if longest + config.max_new_tokens > context:
+    if positions_read(longest, config.max_new_tokens) > context:
         raise ValueError(
             f"max_new_tokens: the longest prompt has {longest} tokens, so at most "
-            f"{context - longest} new tokens fit the model's context_length={context}, "
-            f"got {config.max_new_tokens}"
+            f"{context - longest + 1} new tokens fit the model's context_length={context} "
+            f"(it reads the prompt and every new token but the last), got "
+            f"{config.max_new_tokens}"
         )
 
 
@@ -354,10 +365,12 @@ def _steps(
     generator = None if config.greedy else make_generator(config.seed, device)
     penalize = config.repetition_penalty != 1.0
     seen = seen_tokens(ids, model.config.vocab_size, mask) if penalize else None  # (B, V)
-    cache = model.init_cache(b, t + n_new) if config.use_cache else None
-    if cache is None:  # the recomputed prefix, grown in place: (B, T + n_new)
-        ids = torch.cat([ids, ids.new_zeros(b, n_new)], dim=1)
-        mask = torch.cat([mask, mask.new_ones(b, n_new)], dim=1)
+    # Every slot the model reads: the prompts' and the new tokens' but the last, never fed back.
+    slots = positions_read(t, n_new)
+    cache = model.init_cache(b, slots) if config.use_cache else None
+    if cache is None:  # the recomputed prefix, grown in place: (B, slots)
+        ids = torch.cat([ids, ids.new_zeros(b, slots - t)], dim=1)
+        mask = torch.cat([mask, mask.new_ones(b, slots - t)], dim=1)
     rows = list(range(b))
     screenable = _screenable(config)
     screened = _screens(model, config, b, n_new)

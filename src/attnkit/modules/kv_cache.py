@@ -71,9 +71,10 @@ class KVCache:
             ):
                 raise ValueError(f"KVCache: {name} must be an integer >= {smallest}, got {value!r}")
         if window is not None and (
-            isinstance(window, bool) or not isinstance(window, int) or window < 1
+            isinstance(window, bool) or not isinstance(window, numbers.Integral) or window < 1
         ):
             raise ValueError(f"KVCache: window must be an integer >= 1 or None, got {window!r}")
+        window = None if window is None else int(window)  # numpy integers too
         capacity = max_len if window is None else min(max_len, window)
         self._by_position = layout == "positions"
         shape = (batch_size, capacity, num_heads, head_dim)  # (B, T_max, H, hd)
@@ -157,6 +158,29 @@ class KVCache:
         values.copy_(new_v[:, :, -capacity:].roll(end % capacity, dims=2))
         self._keys = (end - new_k.shape[2], 0)
         return new_k, new_v
+
+    def _state(self) -> tuple[int, tuple[int, int]]:
+        """What :meth:`_undo` needs to take back the next :meth:`update` (two ints, no tensor)."""
+        return self.length, self._keys
+
+    def _undo(self, state: tuple[int, tuple[int, int]], keys: Tensor, values: Tensor) -> None:
+        """Take back the :meth:`update` made since :meth:`_state` gave ``state``, which returned
+        ``keys`` and ``values``: a caller that fails after the update (a bad mask, an interrupt)
+        leaves the cache as it was, so that a retry does not see the new keys twice.
+
+        Putting the length back is enough where the update only wrote slots past it. Several
+        new slots that overran a sliding window's ring rewrote all of it: the ring's kept slots
+        lead the keys that update returned, and are written back from there. One new slot past
+        the window overwrote the oldest, which no later query's window reaches.
+        """
+        start, placement = state
+        end, capacity = self.length, self.capacity
+        self.length, self._keys = start, placement
+        if end - start > 1 and end > capacity and start > 0:
+            kept = min(start, capacity)
+            shift = start % capacity if start > capacity else 0  # as update rolled them
+            self.k[:, :, :kept].copy_(keys[:, :, :kept].roll(shift, dims=2))
+            self.v[:, :, :kept].copy_(values[:, :, :kept].roll(shift, dims=2))
 
     def select_keys(self, mask: Tensor) -> Tensor:
         """The columns of ``mask`` (..., T_so_far), over every slot so far, that belong to the
@@ -313,7 +337,8 @@ class PaddingCache:
         else:
             self.keep[:, self.length : end] = keep
             self.counts += keep.sum(dim=1)
-            self.has_padding = self.has_padding or not bool(keep.all())
+            # A meta mask (shapes only) may hold padding: keep the mask, whose shape is known.
+            self.has_padding = self.has_padding or keep.is_meta or not bool(keep.all())
         self.length = end
         return self.keep[:, None, :end] if self.has_padding else None  # (B, 1, T_so_far)
 

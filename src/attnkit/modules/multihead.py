@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.attention import scaled_dot_product_attention
+from attnkit.attention import check_window, scaled_dot_product_attention
 from attnkit.modules.kv_cache import KVCache
 from attnkit.modules.outputs import AttentionOutput
 from attnkit.modules.packing import Packing
@@ -86,10 +86,6 @@ class MultiHeadAttention(nn.Module):
                 f"num_heads must be a multiple of num_kv_heads (1 <= num_kv_heads <= num_heads), "
                 f"got num_heads={num_heads}, num_kv_heads={num_kv_heads!r}"
             )
-        if window is not None and (
-            isinstance(window, bool) or not isinstance(window, int) or window < 1
-        ):
-            raise ValueError(f"window: expected an integer >= 1 or None, got {window!r}")
         if (
             isinstance(dropout, bool)
             or not isinstance(dropout, int | float)
@@ -102,7 +98,7 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = d_model // num_heads
         self.kv_width = num_kv_heads * self.head_dim  # width of all key (or value) heads
         self.dropout = dropout
-        self.window = window
+        self.window = check_window(window)
         self.kv_dim = d_model if kv_dim is None else kv_dim
         qkv_bias = bias if qkv_bias is None else qkv_bias
         if self.kv_dim == d_model:
@@ -211,7 +207,8 @@ class MultiHeadAttention(nn.Module):
                 all of them (or the last ``window``; a mask over every slot so far is cut to
                 the keys the cache returns); cross-attention fills it with the context's
                 keys/values on the first call and reuses them afterwards without projecting
-                ``context`` again.
+                ``context`` again. A call that fails after updating the cache (a mask of the
+                wrong shape, an interrupt) takes the update back, so it can be retried.
             rotary: self-attention only: the angles of the T_q positions of ``x``
                 (:class:`~attnkit.modules.RotaryEmbedding`), rotating queries and keys.
             packing: x holds only the rows :class:`~attnkit.modules.packing.Packing` lists,
@@ -252,8 +249,11 @@ class MultiHeadAttention(nn.Module):
                     f"{name}: on {t.device}, the module's weights on {weight.device}; move one "
                     f"of them ({name}.to({str(weight.device)!r}) or module.to({str(t.device)!r}))"
                 )
-            # torch.is_autocast_enabled: under autocast the projections cast their inputs
-            if t.dtype != weight.dtype and not torch.is_autocast_enabled(t.device.type):
+            # Under autocast the projections cast their inputs (a meta tensor has no autocast).
+            if t.dtype != weight.dtype and not (
+                torch.amp.is_autocast_available(t.device.type)
+                and torch.is_autocast_enabled(t.device.type)
+            ):
                 raise TypeError(
                     f"{name}: dtype {t.dtype} differs from the weights' {weight.dtype}; convert "
                     f"one of them ({name}.to({weight.dtype}) or module.to({t.dtype}))"
@@ -281,12 +281,12 @@ class MultiHeadAttention(nn.Module):
         if cross and (self.window is not None or rotary is not None):
             raise ValueError("window, rotary: options of self-attention, not cross-attention")
 
+        saved = None  # the cache before this call's update, while the call may still fail
         if not cross:
             q, k, v = self._project_self(x, rotary, packing)  # (B, H, T_q, hd), (B, H_kv, ...)
             if cache is not None:
+                saved = cache._state()
                 k, v = cache.update(k, v)  # (B, H_kv, T_k, hd)
-                if mask is not None:
-                    mask = cache.select_keys(mask)  # (..., T_k)
         else:
             # Cross-attention has no order among queries: the `group` query rows that share a
             # context row become one row of group * T_q queries.
@@ -300,26 +300,35 @@ class MultiHeadAttention(nn.Module):
             else:
                 k, v = self._project_kv(context)  # (B, H_kv, T_k, hd)
                 if cache is not None:
+                    saved = cache._state()
                     k, v = cache.update(k, v)
-
-        if mask is not None and mask.dim() == 3:
-            mask = mask.unsqueeze(1)  # (B, 1, T_q, T_k): the same mask for every head
-        result = scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            mask,
-            causal=causal,
-            window=self.window,
-            dropout=self.dropout if self.training else 0.0,
-            return_weights=return_weights,
-        )
-        out, weights = result if return_weights else (result, None)
-        out = out.transpose(1, 2).reshape(b, t_q, self.d_model)  # (B, T_q, D)
-        if packing is not None:
-            out = packing.pack(out)  # (M, D)
-        if weights is not None and group > 1:
-            # (B_ctx, H, group * T_q, T_k) -> (B, H, T_q, T_k)
-            weights = weights.view(b // group, self.num_heads, group, t_q, -1).transpose(1, 2)
-            weights = weights.reshape(b, self.num_heads, t_q, -1)
-        return AttentionOutput(self.out_proj(out), weights)
+        # From here on a failure (a bad mask, an interrupt) takes the update back, so that a
+        # retry with the cache is correct (GPT.forward does the same for its layers).
+        try:
+            if saved is not None and not cross and mask is not None:
+                mask = cache.select_keys(mask)  # (..., T_k)
+            if mask is not None and mask.dim() == 3:
+                mask = mask.unsqueeze(1)  # (B, 1, T_q, T_k): the same mask for every head
+            result = scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                mask,
+                causal=causal,
+                window=self.window,
+                dropout=self.dropout if self.training else 0.0,
+                return_weights=return_weights,
+            )
+            out, weights = result if return_weights else (result, None)
+            out = out.transpose(1, 2).reshape(b, t_q, self.d_model)  # (B, T_q, D)
+            if packing is not None:
+                out = packing.pack(out)  # (M, D)
+            if weights is not None and group > 1:
+                # (B_ctx, H, group * T_q, T_k) -> (B, H, T_q, T_k)
+                weights = weights.view(b // group, self.num_heads, group, t_q, -1).transpose(1, 2)
+                weights = weights.reshape(b, self.num_heads, t_q, -1)
+            return AttentionOutput(self.out_proj(out), weights)
+        except BaseException:
+            if saved is not None:
+                cache._undo(saved, k, v)
+            raise

@@ -280,22 +280,23 @@ class GenerationService:
         self.model, self.folder = model, folder
         self.settings, self.pool = settings, pool
         self.context = model.config.context_length
-        self.max_new_tokens = min(settings.max_new_tokens, self.context - 1)
+        self.max_new_tokens = min(settings.max_new_tokens, self.context)
 
     def prepare(self, request) -> _GenerationRequest:
         """The GenerationConfig of a :class:`GenerateRequest`; 422 naming a bad setting."""
         from attnkit.generation import GenerationConfig
+        from attnkit.generation.generate import positions_read
 
         new_tokens = request.max_new_tokens
         if new_tokens is None:
             new_tokens = min(DEFAULT_NEW_TOKENS, self.max_new_tokens)
         check_range(
             "max_new_tokens", new_tokens, 1, self.max_new_tokens,
-            f"the server's limit, and the model's context of {self.context} tokens less one",
+            f"the server's limit, and the model's context of {self.context} tokens",
         )  # fmt: skip
         prompt_tokens = len(self.model.tokenizer.encode(request.prompt)) or 1  # "" -> bos
-        room = self.context - new_tokens
-        if prompt_tokens > room:
+        if positions_read(prompt_tokens, new_tokens) > self.context:
+            room = self.context - positions_read(0, new_tokens)  # prompt tokens that fit
             raise ApiError(
                 413,
                 f"prompt: {prompt_tokens} tokens; with max_new_tokens={new_tokens} "

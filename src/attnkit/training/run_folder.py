@@ -9,7 +9,11 @@ Rules (``attnkit train`` and :class:`~attnkit.training.Trainer` follow them):
   ``train.log``) are not taken over. A folder holding anything else is refused with a message
   and left exactly as it was, whether it holds another run (resume it, or choose a new folder)
   or files attnkit did not write.
-* A resume needs a folder holding a run with a ``last`` checkpoint.
+* A resume needs a folder holding a run with a ``last`` checkpoint, the only one that holds
+  a run's state (optimizer, schedule, data order); ``best`` and the kept ``steps/`` hold
+  weights. A ``last`` that attnkit cannot read as its own (corrupt, or written by something
+  else) cannot be resumed from: the refusal says so and what is left, rather than advise a
+  move that would leave no ``last`` at all.
 * A run replaces its checkpoint folders (``last``, ``best``, and with ``keep_checkpoints``
   deletes its old ``steps/`` ones) only when they hold nothing but what attnkit wrote: files
   a user put there are never deleted. So it checks them before its first step
@@ -42,7 +46,6 @@ from attnkit.model_folder import (
     TOKENIZER_FILE,
     check_outside_models,
     foreign_entries,
-    is_attnkit_folder,
     replace_refusal,
 )
 from attnkit.training.checkpoint import find_checkpoint
@@ -73,6 +76,15 @@ def check_run_folder(path: str | os.PathLike[str], what: str) -> None:
         )
     if not path.is_dir():
         raise RunFolderError(f"{what} {os.fspath(path)!r}: is a file, expected a run folder")
+
+
+def _refusal(folder: Path) -> str | None:
+    """Why the run may not replace ``folder`` (:func:`attnkit.model_folder.replace_refusal`),
+    with weights that cannot be read (a truncated file) as one more reason, not an error."""
+    try:
+        return replace_refusal(folder)
+    except ValueError as err:
+        return f"its weights cannot be read ({err})"
 
 
 def _missing_folders(path: Path) -> list[Path]:
@@ -107,7 +119,7 @@ class RunFolder:
     def last_checkpoint(self) -> Path | None:
         """The run's complete ``last`` checkpoint (one attnkit wrote), or None."""
         found = find_checkpoint(self.path / "last")
-        return found if found is not None and is_attnkit_folder(found) else None
+        return found if found is not None and _refusal(found) is None else None
 
     def open_new(self) -> None:
         """Creates (or takes an empty) folder for a new run and locks it.
@@ -198,7 +210,7 @@ class RunFolder:
         replace (:func:`attnkit.model_folder.check_replaceable`): files attnkit did not write
         in them, most often. The refusal protects those files; the run must not find out
         only when it saves."""
-        return [self.path / n for n in names if replace_refusal(self.path / n) is not None]
+        return [self.path / n for n in names if _refusal(self.path / n) is not None]
 
     def check_checkpoints(self, names: Iterable[str] = RUN_MODELS, *, what: str) -> None:
         """Raises :class:`RunFolderError` naming ``what`` (the option, e.g. ``--resume``)
@@ -214,23 +226,74 @@ class RunFolder:
 
     def refusal(self, folders: Iterable[Path]) -> str:
         """Why the run may not replace ``folders`` and what to do: each folder with its
-        reason (most often the files attnkit did not write in it), then the advice to move
-        those out and resume. Empty when all of them may be replaced."""
-        folders = [f for f in folders if replace_refusal(f) is not None]
+        reason, then advice that fits the reasons. Files attnkit did not write (most often)
+        are moved out, and a folder that is not attnkit's is moved aside, then the run
+        resumes; but the ``last`` a resume reads is never advised aside (a resume needs it):
+        a link there is replaced by the folder it points to, and a ``last`` attnkit cannot
+        read as its own cannot be resumed from (:meth:`no_resume_advice`). Empty when all of
+        them may be replaced."""
+        reasons = {f: _refusal(f) for f in folders}
+        folders = [f for f, why in reasons.items() if why is not None]
         if not folders:
             return ""
         parts = [
-            f"checkpoint folder {os.fspath(f)!r}: refusing to replace it: {replace_refusal(f)}"
+            f"checkpoint folder {os.fspath(f)!r}: refusing to replace it: {reasons[f]}"
             for f in folders
         ]
-        it = "it" if len(folders) == 1 else "these folders"
-        if any(foreign_entries(f) for f in folders):
-            move = f"move the files attnkit did not write out of {it}"
-        else:
-            move = f"move {it} aside"
+        resumed = find_checkpoint(self.path / "last")  # the folder a resume reads
+        last = next((f for f in folders if f == resumed and not foreign_entries(f)), None)
+        if last is not None and not last.is_symlink():
+            return f"{'; '.join(parts)}; {self.no_resume_advice()}"
+        actions = []
+        if last is not None:
+            actions.append(
+                f"put the folder the link {os.fspath(last)!r} points to in its place (a run "
+                "replaces `last` at every save, never through a link)"
+            )
+        others = [f for f in folders if f != last]
+        if others:
+            it = "it" if len(others) == 1 else "these folders"
+            if any(foreign_entries(f) for f in others):
+                actions.append(f"move the files attnkit did not write out of {it}")
+            else:
+                actions.append(f"move {it} aside")
         return (
-            f"{'; '.join(parts)}; {move} (attnkit never deletes or replaces files it did not "
-            f"write), then run `attnkit train --resume {os.fspath(self.path)}` again"
+            f"{'; '.join(parts)}; {' and '.join(actions)} (attnkit never deletes or replaces "
+            f"files it did not write), then run `attnkit train --resume {os.fspath(self.path)}` "
+            "again"
+        )
+
+    def cannot_resume(self, why: object) -> RunFolderError:
+        """The error for a resume whose ``last`` checkpoint cannot be used (``why``: a corrupt
+        or truncated file in it, read before any step), with :meth:`no_resume_advice`."""
+        return RunFolderError(
+            f"--resume {os.fspath(self.path)!r}: {why}; {self.no_resume_advice()}; nothing was "
+            "trained"
+        )
+
+    def no_resume_advice(self) -> str:
+        """What to do when the ``last`` checkpoint cannot be used (corrupt, or not attnkit's):
+        no resume is possible (moving ``last`` aside leaves nothing to resume from); what the
+        run kept, and how to train on in a new run folder."""
+        from attnkit.training.averaging import step_checkpoints  # it imports this module
+
+        kept = [self.path / "best"] if self.path.joinpath("best").is_dir() else []
+        kept = [f for f in [*kept, *step_checkpoints(self.path)] if _refusal(f) is None]
+        if kept:
+            names = ", ".join(repr(os.fspath(f)) for f in kept)
+            left = (
+                f"its trained weights are kept in {names} (models to translate or evaluate "
+                "with, not runs to resume)"
+            )
+        else:
+            left = "no other checkpoint of it is kept"
+        config = self.path / RUN_CONFIG_FILE
+        config = os.fspath(config) if config.is_file() else "CONFIG"
+        return (
+            "a run resumes only from its `last` checkpoint (weights with the optimizer, schedule "
+            "and data order), and attnkit cannot use this one, so the run cannot be resumed; "
+            f"{left}. To train on, start a new run in another folder: `attnkit train --config "
+            f"{config} --out NEW_FOLDER`"
         )
 
     def lock(self) -> None:

@@ -211,7 +211,10 @@ class Trainer:
             resume_from = broadcast_object(resume_from, info)
             if resume_from is not None:
                 with raise_together(info):
-                    saved = ckpt.read_train_config(resume_from)
+                    try:
+                        saved = ckpt.read_train_config(resume_from)
+                    except ValueError as err:  # a corrupt or foreign config.json in `last`
+                        raise self.folder.cannot_resume(err) from None
                     check_resume(saved, self.config, resume_from / mf.CONFIG_FILE)
             self._setup(info, threads, resume_from)
         except BaseException:
@@ -301,9 +304,12 @@ class Trainer:
         return DataPosition(s.epoch, s.batch_in_epoch, self.task.batches_per_epoch)
 
     def _restore(self, folder: Path, info: DistInfo) -> None:
-        saved = ckpt.read_state(folder)
-        ckpt.load_weights(self.model, folder)
-        resume = ckpt.load_resume_state(folder)
+        try:
+            saved = ckpt.read_state(folder)
+            ckpt.load_weights(self.model, folder)
+            resume = ckpt.load_resume_state(folder)
+        except ValueError as err:  # a corrupt or truncated file in `last`: say what is left
+            raise self.folder.cannot_resume(err) from None
         load_resume_states(resume, self.optimizer, self.scheduler, self.scaler, info)
         self.task.check_resumed(saved)
         self.state = RunState.from_saved(saved["run"])

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from attnkit.texts import check_text, check_tokenizer
+
 if TYPE_CHECKING:
     from attnkit.decoding import DecodingConfig
 
@@ -220,8 +222,15 @@ def capture_translation(
     """
     from attnkit.decoding.generate import DecodingConfig, generate
 
-    if not src_text.strip():
+    check_tokenizer(
+        tokenizer,
+        instead="the model folder's, read with SubwordTokenizer.load('FOLDER/tokenizer.json') "
+        "or load_translation_model(FOLDER).tokenizer",
+    )
+    if not check_text(src_text, "src_text").strip():
         raise ValueError("src_text: expected a sentence, got an empty string")
+    if tgt_text is not None:
+        check_text(tgt_text, "tgt_text")
     limit = model.config.max_len - 1  # the eos (source) or bos (target) takes a position
     device = next(model.parameters()).device
     src_ids = [*_fit(tokenizer.encode(src_text), limit, "source"), tokenizer.eos_id]
@@ -259,10 +268,15 @@ def capture_bert(model, tokenizer, text: str) -> AttentionMaps:
             model's own (``BertModel.from_pretrained`` sets it).
         text: the text.
     """
+    check_tokenizer(
+        tokenizer,
+        instead="None for the model's own tokenizer, or one read from a file "
+        "(BertTokenizer.from_file('FOLDER/tokenizer.json'))",
+    )
     tokenizer = model.tokenizer if tokenizer is None else tokenizer
     if tokenizer is None:
         raise ValueError("tokenizer: this BertModel has no tokenizer; pass one")
-    if not text.strip():
+    if not check_text(text, "text").strip():
         raise ValueError("text: expected a sentence, got an empty string")
     device = next(model.parameters()).device
     batch = {k: v.to(device) for k, v in tokenizer([text]).items()}  # (1, T) each
@@ -297,10 +311,11 @@ def capture_gpt(model, tokenizer, text: str) -> AttentionMaps:
             model's own (``GPT.from_pretrained`` sets it).
         text: the text (cut to the model's context length).
     """
+    check_tokenizer(tokenizer)
     tokenizer = model.tokenizer if tokenizer is None else tokenizer
     if tokenizer is None:
         raise ValueError("tokenizer: this GPT has no tokenizer (no tokenizer.json); pass one")
-    if not text.strip():
+    if not check_text(text, "text").strip():
         raise ValueError("text: expected a sentence, got an empty string")
     ids = _fit(tokenizer.encode(text), model.config.context_length, "text")
     device = next(model.parameters()).device

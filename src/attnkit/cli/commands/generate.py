@@ -135,11 +135,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def build_config(args: argparse.Namespace, context_length: int):
     """The GenerationConfig of ``args`` (ranges are checked by argparse); errors name the flag."""
     from attnkit.generation import GenerationConfig
+    from attnkit.generation.generate import positions_read
 
-    if args.max_new_tokens >= context_length:
+    if positions_read(1, args.max_new_tokens) > context_length:  # a prompt has a token
         raise ValueError(
-            f"--max-new-tokens: expected at most {context_length - 1} (the model's context "
-            f"length {context_length} minus at least one prompt token), got {args.max_new_tokens}"
+            f"--max-new-tokens: expected at most {context_length} (the model's context length: "
+            "it reads the prompt and every new token but the last), got "
+            f"{args.max_new_tokens}"
         )
     sampling_filters = bool(args.top_k) or args.top_p < 1
     temperature = args.temperature
@@ -192,7 +194,7 @@ def load(args: argparse.Namespace):
     device = resolve_device(args.device)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    model = GPT.from_pretrained(folder, device=device, dtype=getattr(torch, args.dtype))
+    model = GPT.from_pretrained(folder, device=device, dtype=args.dtype)
     if model.tokenizer is None:
         raise ValueError(f"{folder}: no tokenizer.json; generate needs the model's tokenizer")
     return model
@@ -207,8 +209,8 @@ def _prompts(args: argparse.Namespace) -> list[str]:
 
 
 def _check_prompt_lengths(model, args: argparse.Namespace, prompts: list[str]) -> None:
-    """Refuse a prompt that leaves no room for a new token before anything is generated,
-    naming it as the user gave it (PROMPT, or its line of standard input)."""
+    """Refuse a prompt longer than the context before anything is generated, naming it as the
+    user gave it (PROMPT, or its line of standard input)."""
     from attnkit.generation.generate import check_prompt_length
     from attnkit.generation.text import encode_prompts
     from attnkit.metrics.io import display_name

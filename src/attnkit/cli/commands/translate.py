@@ -182,7 +182,9 @@ def compute_dtype(args: argparse.Namespace, device, *, auto=None):
     if args.dtype == "int8":  # float32 weights, quantized by the Translator (int8=True)
         return torch.float32
     if args.dtype != "auto":
-        return getattr(torch, args.dtype)
+        from attnkit.model_folder import floating_dtype
+
+        return floating_dtype(args.dtype, "--dtype")
     if auto is not None:
         return auto
     from attnkit.hardware import fast_inference_dtype
