@@ -167,3 +167,12 @@ def test_bpe_dropout_segments_afresh_and_decodes_exactly(small_tokenizer):
     for bad in (1.0, -0.1, float("nan"), "0.1"):
         with pytest.raises(ValueError, match=r"bpe_dropout: expected a probability in \[0, 1\)"):
             small_tokenizer.with_bpe_dropout(bad)
+
+
+@pytest.mark.parametrize("content", [b"", b"{", b"[]", b'{"model": 5}'])
+def test_load_of_a_damaged_file_names_it(small_tokenizer, tmp_path, content):
+    path = tmp_path / "tokenizer.json"
+    small_tokenizer.save(path)
+    path.write_bytes(content if content else path.read_bytes()[:100])
+    with pytest.raises(ValueError, match=r"tokenizer\.json: not a readable tokenizer \("):
+        SubwordTokenizer.load(path)

@@ -69,6 +69,33 @@ def test_limits_name_the_problem(client, path, body, status, message):
     assert message in error(client.post(path, json=body), status)
 
 
+@pytest.mark.parametrize(
+    "path, body, message",
+    [
+        ("/v1/translate", {"texts": ["a"], "beam": True}, "beam: Input should be a valid integer"),
+        ("/v1/translate", {"texts": ["a"], "beam": "5"}, "beam: Input should be a valid integer"),
+        ("/v1/translate", {"texts": ["a"], "beam": 3.0}, "beam: Input should be a valid integer"),
+        ("/v1/embed", {"texts": ["a"], "normalize": "yes"}, "normalize: Input should be a valid boolean"),
+        ("/v1/attention", {"text": "Hallo.", "html": "on"}, "html: Input should be a valid boolean"),
+        ("/v1/attention", {"text": "Hallo.", "html": 1}, "html: Input should be a valid boolean"),
+        ("/v1/generate", {"prompt": "hi", "stream": "yes"}, "stream: Input should be a valid boolean"),
+        ("/v1/generate", {"prompt": "hi", "stream": 1}, "stream: Input should be a valid boolean"),
+        ("/v1/generate", {"prompt": "hi", "max_new_tokens": "3"}, "max_new_tokens: Input should be a valid integer"),
+        ("/v1/generate", {"prompt": "hi", "temperature": "0.5"}, "temperature: Input should be a valid number"),
+        ("/v1/generate", {"prompt": "hi", "seed": 1.5}, "seed: Input should be a valid integer"),
+    ],
+)  # fmt: skip
+def test_a_value_of_another_json_type_is_refused_not_converted(client, path, body, message):
+    assert message in error(client.post(path, json=body), 422)
+
+
+def test_an_integer_is_a_number(client):
+    # JSON has one number type: 1 where a float is expected is 1.0 (JavaScript writes 1.0 as 1)
+    body = {"prompt": "hi", "temperature": 1, "top_p": 1, "max_new_tokens": 2, "seed": 3}
+    response = client.post("/v1/generate", json=body)
+    assert response.status_code == 200, response.text
+
+
 def test_token_limit_counts_the_tokens(client, translation):
     n = len(translation.tokenizer.encode(LONG))
     assert n > 10

@@ -42,3 +42,51 @@ def test_an_unreadable_file_names_the_key(tmp_path, monkeypatch):
     monkeypatch.setattr("builtins.open", refusing_open)
     with pytest.raises(ValueError, match=r"^data.train_file: cannot read .*Permission denied"):
         check_files({"data.train_file": str(path)})
+
+
+@pytest.mark.parametrize(
+    "val_tgt,message",
+    [
+        ("", r"^data\.val_tgt='.*empty\.txt' is empty"),
+        ("x\n", r"^data\.val_src='.*va\.de' has 2 lines but data\.val_tgt='.*empty\.txt' has 1"),
+    ],
+)
+def test_what_a_data_file_holds_is_named_by_its_key(tmp_path, val_tgt, message):
+    from attnkit.training.config import DataConfig
+    from attnkit.training.datasets import load_text
+
+    for name, text in (("tr.de", "a\n"), ("tr.en", "b\n"), ("va.de", "c\nd\n")):
+        (tmp_path / name).write_text(text)
+    (tmp_path / "empty.txt").write_text(val_tgt)
+    files = {k: str(tmp_path / v) for k, v in (("train_src", "tr.de"), ("train_tgt", "tr.en"))}
+    cfg = DataConfig(
+        corpus="", val_src=str(tmp_path / "va.de"), val_tgt=str(tmp_path / "empty.txt"), **files
+    )
+    with pytest.raises(ValueError, match=message):
+        load_text(cfg)
+
+
+def test_sources_are_cleaned_as_translation_cleans_them_and_targets_kept(tmp_path):
+    """What the model trains on is what the Translator will give it: a dirty source line
+    loads as its clean form (so the tokenizer, the batches and the weights are those of the
+    clean file); the target side is left as written."""
+    from attnkit.training.config import DataConfig
+    from attnkit.training.datasets import load_text
+
+    dirty = "\ufeff  Ein\tMann\u00a0 fährt\x1b  \nZwei  Hunde.\n"
+    clean = "Ein Mann fährt\nZwei Hunde.\n"
+    target = "A  man\tdrives.\nTwo dogs.\n"
+    for name, text in (("dirty.de", dirty), ("clean.de", clean), ("t.en", target)):
+        (tmp_path / name).write_text(text, encoding="utf-8")
+
+    def load(src: str):
+        cfg = DataConfig(
+            corpus="", train_src=str(tmp_path / src), train_tgt=str(tmp_path / "t.en"),
+            val_src=str(tmp_path / src), val_tgt=str(tmp_path / "t.en"),
+        )  # fmt: skip
+        return load_text(cfg)
+
+    loaded = load("dirty.de")
+    assert loaded == load("clean.de")
+    assert loaded.train.src == loaded.val.src == ["Ein Mann fährt", "Zwei Hunde."]
+    assert loaded.train.tgt == ["A  man\tdrives.", "Two dogs."]

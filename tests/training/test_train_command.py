@@ -179,3 +179,15 @@ def test_bad_set_on_resume_names_the_item(run_copy, capsys, item, message):
     assert resume(run_copy, "--set", item) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("damage", ["cut", "empty", "not json"])
+def test_resume_with_a_damaged_tokenizer_is_one_line_naming_it(run_copy, capsys, damage):
+    path = run_copy / "last" / "tokenizer.json"
+    data = path.read_bytes()
+    path.write_bytes({"cut": data[: len(data) // 2], "empty": b"", "not json": b"<html>"}[damage])
+    assert resume(run_copy, "--max-steps", "3") == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "last/tokenizer.json: not a readable tokenizer" in err
+    assert state(run_copy)["step"] == 2  # nothing trained, nothing saved

@@ -165,11 +165,16 @@ class SubwordTokenizer:
             path: The JSON file.
 
         Raises:
-            ValueError: If the file does not exist or has the wrong special ids.
+            ValueError: If the file does not exist, is not a tokenizer ``tokenizers`` can read
+                (damaged, cut short), or has the wrong special ids; naming the file.
         """
         if not Path(path).is_file():
             raise ValueError(f"path={os.fspath(path)!r} is not a file, expected a tokenizer.json")
-        return cls(Tokenizer.from_file(os.fspath(path)))
+        try:
+            tokenizer = Tokenizer.from_file(os.fspath(path))
+        except Exception as err:  # tokenizers raises a bare Exception for malformed JSON
+            raise ValueError(f"{os.fspath(path)}: not a readable tokenizer ({err})") from None
+        return cls(tokenizer)
 
     def with_bpe_dropout(self, p: float) -> SubwordTokenizer:
         """A copy that drops each BPE merge with probability ``p`` while encoding

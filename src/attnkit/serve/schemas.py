@@ -1,6 +1,8 @@
 """Request and response bodies of the HTTP API (pydantic models; FastAPI's OpenAPI page at
 ``/docs`` describes them). Unknown fields are refused (422 naming them), so a misspelt
-setting is never silently ignored."""
+setting is never silently ignored, and so are values of another JSON type (strict: ``"5"``,
+``true`` or ``5.0`` for an integer, ``"yes"`` or ``1`` for a boolean), which pydantic would
+otherwise convert; an integer is a number, as JSON has it."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ __all__ = [
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 def _utf8(text: str) -> str:

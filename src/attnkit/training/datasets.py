@@ -1,4 +1,5 @@
-"""The texts and encoded pairs of a run, as its ``[data]`` section describes them."""
+"""The texts and encoded pairs of a run, as its ``[data]`` section describes them; source
+lines cleaned as the Translator cleans them (:func:`~attnkit.decoding.normalize_source`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from attnkit.data import (
     load_named_corpus,
     load_parallel,
 )
+from attnkit.decoding.translate import normalize_source
 from attnkit.metrics.io import STDIN
 from attnkit.training.config import COPY_CORPUS, DataConfig
 
@@ -47,8 +49,13 @@ def load_text(cfg: DataConfig) -> TextData:
         train = load_named_corpus(split=cfg.train_split, **langs)
         val = load_named_corpus(split=cfg.val_split, **langs) if cfg.val_split else None
     else:
-        train = load_parallel(cfg.train_src, cfg.train_tgt)
-        val = load_parallel(cfg.val_src, cfg.val_tgt) if cfg.val_src else None
+        # errors name the config keys, as check_files does
+        train = load_parallel(cfg.train_src, cfg.train_tgt, names=_keys("train"))
+        val = load_parallel(cfg.val_src, cfg.val_tgt, names=_keys("val")) if cfg.val_src else None
+    # The source side as the Translator will give it to the model (white space collapsed,
+    # control characters and byte-order marks gone): no subword or weight is spent on what
+    # inference never shows it.
+    train, val = (None if c is None else _clean_sources(c) for c in (train, val))
     if cfg.max_train_pairs and len(train) > cfg.max_train_pairs:
         n = cfg.max_train_pairs
         train = ParallelCorpus(src=train.src[:n], tgt=train.tgt[:n])
@@ -59,6 +66,14 @@ def load_text(cfg: DataConfig) -> TextData:
         cfg.corpus or f"{cfg.train_src}, {cfg.train_tgt}",
     )
     return TextData(train=train, val=val)
+
+
+def _clean_sources(corpus: ParallelCorpus) -> ParallelCorpus:
+    return ParallelCorpus(src=[normalize_source(s) for s in corpus.src], tgt=corpus.tgt)
+
+
+def _keys(split: str) -> tuple[str, str]:
+    return f"data.{split}_src", f"data.{split}_tgt"
 
 
 def check_files(files: Mapping[str, str]) -> None:
