@@ -3,6 +3,7 @@ global batch: per-step losses, validation loss and final weights agree."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -38,6 +39,11 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
     ]
     done = run(cmd)
     assert "2 process(es)" in done.stderr
+    # Rank 0 alone reports the run on the terminal (rank 1 repeated every line), and DDP is
+    # built without torch 2.13's deprecated broadcast_buffers (a FutureWarning per process).
+    for line in ("starting run in", f"step {STEPS}: val_loss", "done: step"):
+        assert done.stderr.count(line) == 1, done.stderr
+    assert "FutureWarning" not in done.stderr and "broadcast_buffers" not in done.stderr
 
     # One process, accumulating the two batches the two ranks take at each step
     # (rank r gets batches r, r + 2, ...; accumulation takes 2k and 2k + 1).
@@ -130,3 +136,54 @@ def test_all_ranks_raise_together_when_one_rank_fails(tmp_path):
         "ok",
         "PeerError: check failed on rank 0 (raised as OSError on rank 0)",
     ]
+
+
+DIVERGE = """
+import sys
+from pathlib import Path
+
+from attnkit.training.config import TrainConfig
+from attnkit.training.distributed import close_distributed
+from attnkit.training.trainer import Trainer
+
+out = Path(sys.argv[2])
+trainer = Trainer(TrainConfig.from_toml(sys.argv[1]), out / "run", progress=False)
+trainer.setup()
+rank = trainer.run.info.rank
+if rank == 1:  # this rank alone: a NaN loss at step 3
+    forward = trainer.loss_module.forward
+
+    def nan_at_step_3(*args):
+        loss = forward(*args)
+        return loss * float("nan") if trainer.state.step == 2 else loss
+
+    trainer.loss_module.forward = nan_at_step_3
+try:
+    trainer.fit()
+    result = "finished"
+except Exception as err:
+    result = f"{type(err).__name__}: {err}"
+Path(out, f"rank{rank}.txt").write_text(result)
+close_distributed()
+"""
+
+
+def test_a_loss_that_diverges_on_one_rank_stops_every_rank_at_the_same_check(tmp_path):
+    """Rank 1's loss is NaN at step 3 (rank 0's at step 4, after the NaN gradients were
+    averaged in): the check before the save of step 4 takes the smallest step over the ranks,
+    so both ranks stop there, with the same message, and none waits at a collective; `last`
+    stays the checkpoint of step 2."""
+    script, config = tmp_path / "diverge.py", tmp_path / "config.toml"
+    script.write_text(DIVERGE)
+    items = ["optim.max_steps=8", "optim.save_every=2", "optim.log_every=50"]
+    config.write_text(fast_config(*items).to_toml())
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    run([*cmd, str(script), str(config), str(tmp_path)], timeout=120)
+    results = [(tmp_path / f"rank{rank}.txt").read_text() for rank in (0, 1)]
+    assert results[0] == results[1], results
+    assert results[0].startswith(
+        "DivergedError: training diverged: the training loss is NaN or infinite at step 3, so "
+        "the run stopped unsaved; `last` (step 2) is the last good checkpoint"
+    ), results[0]
+    assert json.loads((tmp_path / "run" / "last" / "state.json").read_text())["step"] == 2
+    assert all(bool(torch.isfinite(t).all()) for t in weights(tmp_path / "run").values())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
 import torch
@@ -199,3 +200,30 @@ def test_the_language_model_parts_are_exported_by_their_packages():
     assert data.load_named_text is load_named_text
     for package in (data, training):
         assert all(hasattr(package, name) for name in package.__all__), package.__name__
+
+
+def test_a_resume_from_weights_holding_nan_is_refused_naming_the_stored_tensor(lm_run, tmp_path):
+    """The language model's `last` holds Hugging Face's GPT-2 names: the error names the
+    tensor as the file stores it, before any step."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from attnkit.training.trainer import Trainer
+
+    folder = tmp_path / "run"
+    shutil.copytree(lm_run[0], folder)
+    path = folder / "last" / "model.safetensors"
+    with safe_open(path, "pt") as f:
+        metadata = f.metadata()
+    tensors = load_file(path)
+    tensors["transformer.h.1.mlp.c_fc.bias"][3] = float("-inf")
+    save_file(tensors, path, metadata=metadata)
+    before = path.read_bytes()
+    config = tiny_lm_config("optim.max_steps=16", "optim.eval_every=4")
+    with pytest.raises(
+        ValueError,
+        match=r"tensor 'transformer\.h\.1\.mlp\.c_fc\.bias' \(0 NaN, 1 inf of 64 values\)",
+    ):
+        Trainer(config, folder, resume=True, progress=False).fit()
+    assert path.read_bytes() == before
+    assert max(r["step"] for r in read_metrics(folder / "metrics.jsonl")) == 12

@@ -6,6 +6,8 @@ import json
 import shutil
 
 import pytest
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
 from attnkit.cli import main
 from attnkit.training.config import TrainConfig
@@ -14,6 +16,7 @@ from attnkit.training.metrics_log import read_metrics
 from tests.helpers.training import FAST, TINY_COPY
 
 from .test_run_folder import snapshot
+from .test_trainer import poison_step
 
 SETS = [arg for item in FAST for arg in ("--set", item)]
 
@@ -191,3 +194,54 @@ def test_resume_with_a_damaged_tokenizer_is_one_line_naming_it(run_copy, capsys,
     assert "Traceback" not in err
     assert "last/tokenizer.json: not a readable tokenizer" in err
     assert state(run_copy)["step"] == 2  # nothing trained, nothing saved
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_resume_from_weights_holding_nan_or_inf_is_refused_before_any_step(
+    run_copy, capsys, value
+):
+    """`last` with one NaN (a bit flip, a diverged step) was resumed, trained to its budget on
+    NaN and saved as `last` with every tensor NaN, exit status 0."""
+    path = run_copy / "last" / "model.safetensors"
+    with safe_open(path, "pt") as f:
+        metadata = f.metadata()
+    tensors = load_file(path)
+    name = sorted(tensors)[1]
+    tensors[name].view(-1)[2] = value
+    save_file(tensors, path, metadata=metadata)
+    kept = {k: v for k, v in snapshot(run_copy).items() if k not in NOT_COMPARED}
+    assert resume(run_copy, "--max-steps", "4") == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    line = err.splitlines()[-1]
+    nan, inf = (1, 0) if value != value else (0, 1)
+    assert line.startswith(
+        f"attnkit train: error: --resume {str(run_copy)!r}: {path}: tensor {name!r} ({nan} NaN, "
+        f"{inf} inf of {tensors[name].numel()} values) holds NaN or inf; these weights cannot be "
+        "trained on; "
+    ), line
+    assert line.endswith("nothing was trained")
+    assert {k: v for k, v in snapshot(run_copy).items() if k not in NOT_COMPARED} == kept
+
+
+NOT_COMPARED = (".attnkit.lock", "train.log")  # the refused resume logs that it began
+
+
+def test_a_run_that_diverges_is_one_line_and_resumes_with_the_advice(tmp_path, capsys, monkeypatch):
+    """A NaN loss at step 3: one line naming the step and the command to go on with (exit
+    status 2, as other run errors), `last` of step 2 kept; that command then resumes."""
+    poison_step(monkeypatch, 3, before=True)
+    folder = tmp_path / "run"
+    assert new_run(folder, "--max-steps", "6", "--set", "optim.save_every=2") == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    command = f"attnkit train --resume {folder} --set optim.lr_scale=0.4"
+    assert err.splitlines()[-1] == (
+        "attnkit train: error: training diverged: the training loss is NaN or infinite at "
+        "step 3, so the run stopped unsaved; `last` (step 2) is the last good checkpoint; "
+        f"continue from it with a lower learning rate: {command}"
+    )
+    assert state(folder)["step"] == 2
+    monkeypatch.undo()
+    assert main(command.split()[1:] + ["--no-progress", "--max-steps", "4"]) == 0
+    assert state(folder)["step"] == 4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from attnkit.training.metrics_log import read_metrics
-from attnkit.training.trainer import Trainer, train
+from attnkit.training.trainer import DivergedError, Trainer, train
 from tests.helpers.lm import tiny_lm_config
 from tests.helpers.training import fast_config, weights
 
@@ -245,3 +246,121 @@ def test_a_run_without_validation_data_says_so_at_the_end(tmp_path):
     ), last_line
     assert "best -" not in last_line and "at step 0" not in last_line
     assert not (tmp_path / "run" / "best").exists() and (tmp_path / "run" / "last").is_dir()
+
+
+def poison_step(monkeypatch, step: int, *, before: bool) -> None:
+    """Puts a NaN into every weight tensor of the model at ``step``: before its forward (its
+    loss is NaN) or after its update (its loss was finite, the weights are not)."""
+    original = Trainer._train_step
+
+    def poisoned(self, batches):
+        if before and self.state.step == step - 1:
+            poison(self.model)
+        took = original(self, batches)
+        if not before and self.state.step == step:
+            poison(self.model)
+        return took
+
+    monkeypatch.setattr(Trainer, "_train_step", poisoned)
+
+
+def poison(model) -> None:
+    with torch.no_grad():
+        for p in model.parameters():
+            p.view(-1)[0] = float("nan")
+
+
+def finite(run, name="last") -> bool:
+    return all(bool(torch.isfinite(t).all()) for t in weights(run, name).values())
+
+
+@pytest.mark.parametrize("make", [fast_config, tiny_lm_config], ids=["translation", "lm"])
+@pytest.mark.parametrize(
+    "before,message,kept",
+    [
+        (True, r"the training loss is NaN or infinite at step 5", 4),
+        (False, r"the weights hold NaN or inf after step 4: '[\w.]+' \(1 NaN, 0 inf of", 2),
+    ],
+    ids=["loss", "weights"],
+)
+def test_a_run_that_diverges_stops_naming_the_step_and_never_saves_it(
+    tmp_path, monkeypatch, make, before, message, kept
+):
+    """A NaN loss at step 5, found at the training-loss record of step 6 (no sync per step:
+    the step is kept on the device), or NaN weights after step 4's update (its loss was
+    finite), found before the save of step 4: the run stops with the step and what to do, on
+    both tasks, and `last` stays the good checkpoint before. The trainer checked nothing: the
+    run trained on to its budget, logged null losses and saved NaN weights as `last`."""
+    poison_step(monkeypatch, 5 if before else 4, before=before)
+    run = tmp_path / "run"
+    items = ["optim.max_steps=12", "optim.save_every=2", "optim.log_every=3", "optim.eval_every=50"]
+    with pytest.raises(DivergedError, match=rf"^training diverged: {message}") as caught:
+        train(make(*items), run, progress=False)
+    assert (
+        f"`last` (step {kept}) is the last good checkpoint; continue from it with a lower "
+        f"learning rate: attnkit train --resume {run} --set optim."
+    ) in str(caught.value)
+    assert json.loads((run / "last" / "state.json").read_text())["step"] == kept
+    assert finite(run)
+    records = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in records if "train_loss" in r] == [3]
+    assert all(r["train_loss"] is not None for r in records if "train_loss" in r)
+
+
+def test_a_non_finite_validation_stops_the_run_before_best_is_saved(tmp_path, monkeypatch):
+    """The validation metrics are checked before they are recorded: `best` stays the one of
+    the evaluation before, and so does `last`."""
+    from attnkit.training.translation import TranslationTask
+
+    calls = []
+    original = TranslationTask.evaluate
+
+    def evaluate(self, run, model, loss_module):
+        calls.append(1)
+        metrics = original(self, run, model, loss_module)
+        return {k: float("nan") for k in metrics} if len(calls) == 2 else metrics
+
+    monkeypatch.setattr(TranslationTask, "evaluate", evaluate)
+    run = tmp_path / "run"
+    config = fast_config("optim.max_steps=6", "optim.eval_every=2", "optim.val_bleu=false")
+    with pytest.raises(
+        DivergedError,
+        match=r"^training diverged: the validation gives val_loss nan, val_ppl nan "
+        r"at step 4, so the run stopped unsaved; `last` \(step 2\) is the last good checkpoint",
+    ):
+        train(config, run, progress=False)
+    for name in ("last", "best"):
+        assert json.loads((run / name / "state.json").read_text())["step"] == 2
+
+
+def test_no_checkpoint_yet_says_to_start_again(tmp_path, monkeypatch):
+    """Without a `last` to go back to, the error says to start again, with the lower rate and
+    the clipping a run without clipping lacks."""
+    poison_step(monkeypatch, 1, before=True)
+    config = fast_config("optim.max_steps=4", "optim.log_every=1", "optim.clip_norm=0")
+    with pytest.raises(DivergedError) as caught:
+        train(config, tmp_path / "run", progress=False)
+    assert str(caught.value).endswith(
+        "at step 1, so the run stopped unsaved; no checkpoint was saved yet: start the run "
+        "again with a lower learning rate and gradient clipping (--set optim.lr_scale=0.4 "
+        "--set optim.clip_norm=1.0)"
+    )
+    assert not (tmp_path / "run" / "last").exists()
+
+
+def test_a_huge_perplexity_is_logged_in_scientific_notation(tmp_path, monkeypatch, caplog):
+    """val_ppl of a diverged run, exp(700), was logged as 305 digits with 4 decimals; the
+    metrics file keeps the number."""
+    from attnkit.training.translation import TranslationTask
+
+    monkeypatch.setattr(
+        TranslationTask, "evaluate", lambda *_: {"val_loss": 1000.0, "val_ppl": math.exp(700)}
+    )
+    config = fast_config("optim.max_steps=2", "optim.eval_every=2", "optim.val_bleu=false")
+    with caplog.at_level("INFO"):
+        train(config, tmp_path / "run", progress=False)
+    line = next(m for m in caplog.messages if m.startswith("step 2:"))
+    assert line == "step 2: val_loss 1000.0000, val_ppl 1.014e+304 (new best)"
+    assert "best val_loss 1000.0000 at step 2" in caplog.messages[-1]
+    evals = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "val_ppl" in r]
+    assert evals[0]["val_ppl"] == math.exp(700)

@@ -3,6 +3,9 @@
 ``torchrun --nproc-per-node N -m attnkit train ...`` sets ``WORLD_SIZE``, ``RANK`` and
 ``LOCAL_RANK``; :func:`init_distributed` then joins the group with gloo (CPU) or nccl (CUDA).
 Without those variables everything here degrades to single-process no-ops.
+
+Rank 0 reports the run; the other ranks log warnings and errors only (each printed every
+progress line a second time on the terminal).
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ def init_distributed(device_spec: str = "auto") -> DistInfo:
     if world_size <= 1:
         return DistInfo(device=pick_device(device_spec))
     rank = int(os.environ["RANK"])
+    if rank != 0:
+        quiet_logging()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
     device = pick_device(device_spec, local_rank)
@@ -67,6 +72,14 @@ def init_distributed(device_spec: str = "auto") -> DistInfo:
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     logger.info("rank %d of %d on %s (%s)", rank, world_size, device, dist.get_backend())
     return DistInfo(rank, world_size, local_rank, local_world_size, device)
+
+
+def quiet_logging() -> None:
+    """Warnings and errors only from attnkit's loggers in this process (a rank other than 0:
+    rank 0 logs the run's progress, the others would repeat it line by line)."""
+    root = logging.getLogger("attnkit")
+    if root.getEffectiveLevel() < logging.WARNING:
+        root.setLevel(logging.WARNING)
 
 
 def close_distributed() -> None:
@@ -79,6 +92,13 @@ def all_reduce_sum(tensor: torch.Tensor, info: DistInfo) -> torch.Tensor:
     """Sums ``tensor`` over ranks in place (and returns it); a no-op for one process."""
     if info.distributed:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def all_reduce_min(tensor: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    """The element-wise minimum of ``tensor`` over ranks, in place (and returned)."""
+    if info.distributed:
+        dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
     return tensor
 
 

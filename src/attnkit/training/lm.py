@@ -277,7 +277,9 @@ class LMTask(Task):
             "val_nats_per_char": nats / self.val_chars,
             "val_bits_per_char": nats / self.val_chars / math.log(2),
         }
-        if self.sample_tokens and run.info.is_main:
+        # No sample from weights that diverged: generation refuses NaN logits, and the
+        # trainer names the non-finite loss.
+        if self.sample_tokens and run.info.is_main and math.isfinite(val_loss):
             # In float32, outside the run's autocast: generation's packed linears ignore
             # autocast while the cache takes its dtype (a float32 query, bf16 keys).
             logger.info("sample: %r", self.sample(model))

@@ -54,7 +54,8 @@ class MetricsLog:
 
 
 class TrainMeter:
-    """Training loss per token and tokens per second over the steps since the last record.
+    """Training loss per token and tokens per second over the steps since the last record,
+    and the first step whose loss was not finite.
 
     Args:
         now: The time source, in seconds.
@@ -63,6 +64,9 @@ class TrainMeter:
     def __init__(self, now: Callable[[], float]) -> None:
         self.now = now
         self.lr = 0.0  # the learning rate of the latest step, set by the trainer
+        # The first step with a NaN or infinite loss (inf: none), a float64 tensor on the
+        # loss's device: kept there, so that no step waits for the device to tell it.
+        self.first_nonfinite: Tensor | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -71,10 +75,19 @@ class TrainMeter:
         self.start = self.now()
         self.paused = 0.0
 
-    def add(self, loss_sum: Tensor, tokens: int) -> None:
-        """One micro-batch: its summed loss and this rank's scored tokens."""
-        self.loss_sum = self.loss_sum + loss_sum.detach().to(torch.float64)
+    def add(self, loss_sum: Tensor, tokens: int, step: int) -> None:
+        """One micro-batch of optimizer step ``step``: its summed loss and this rank's scored
+        tokens."""
+        loss = loss_sum.detach().to(torch.float64)
+        self.loss_sum = self.loss_sum + loss
         self.tokens += tokens
+        first = self.first_nonfinite
+        if first is None:
+            first = self.first_nonfinite = torch.full(
+                (), math.inf, dtype=loss.dtype, device=loss.device
+            )
+        # Python scalars are kernel arguments: no host-to-device copy, no sync.
+        self.first_nonfinite = torch.where(torch.isfinite(loss), first, first.clamp(max=step))
 
     def pause(self, seconds: float) -> None:
         """Time spent on other things (evaluation, checkpoints), left out of the throughput."""
@@ -88,6 +101,12 @@ class TrainMeter:
         loss = float(sums[0] / sums[1]) if sums[1] > 0 else float("nan")
         self.reset()
         return loss, float(sums[1]) / seconds
+
+
+def format_metric(value: float) -> str:
+    """A metric as the log shows it: 4 decimals, or 4 digits in scientific notation from a
+    million on (a diverged run's perplexity, exp(700), took 305 digits with 4 decimals)."""
+    return f"{value:.4f}" if abs(value) < 1e6 else f"{value:.3e}"
 
 
 def _json_number(value: Any) -> Any:

@@ -19,7 +19,16 @@ replace every checkpoint folder it will write later (files a user put into ``bes
 a folder that becomes unreplaceable during the run is refused on every rank, ``last`` being
 saved first when it is ``best``.
 
-Length: about 650 lines, over the house's ~400, because setup, the step, evaluation
+A run whose loss or weights become NaN or infinite stops with :class:`DivergedError`, naming
+the step, and never saves them: the losses are summed on the device (the step tracks the
+first non-finite one there, no sync per step) and checked where the trainer reads them back
+anyway (the logged training loss), before every evaluation and before every save (with one
+``isfinite`` pass over the weights), and the validation metrics before they are recorded. Each
+check is a collective or reads all-reduced numbers, so every rank stops at the same step.
+A resume from weights holding NaN or inf is refused before any step
+(:func:`~attnkit.training.checkpoint.load_weights`).
+
+Length: about 750 lines, over the house's ~400, because setup, the step, evaluation
 bookkeeping and checkpoint save/restore all read and write the same handful of objects
 (model, optimizer, schedule, scaler, run state); the parts that stand alone are their own
 modules (task, translation, lm, budget, run_state, run_folder, optim, metrics_log).
@@ -28,7 +37,9 @@ modules (task, translation, lm, budget, run_state, run_folder, optim, metrics_lo
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
+import math
 import os
 import shutil
 import sys
@@ -52,12 +63,13 @@ from attnkit.training.config import TrainConfig, check_resume
 from attnkit.training.cosine_schedule import build_lr_scheduler, needs_progress
 from attnkit.training.distributed import (
     DistInfo,
+    all_reduce_min,
     all_reduce_sum,
     broadcast_object,
     init_distributed,
     raise_together,
 )
-from attnkit.training.metrics_log import MetricsLog, TrainMeter, add_file_handler
+from attnkit.training.metrics_log import MetricsLog, TrainMeter, add_file_handler, format_metric
 from attnkit.training.optim import build_optimizer, check_threads, default_threads
 from attnkit.training.precision import resolve_autocast
 from attnkit.training.run_folder import (
@@ -78,6 +90,12 @@ from attnkit.training.task import DataPosition, EvalHook, RunContext, Task
 from attnkit.training.translation import TranslationTask
 
 logger = logging.getLogger(__name__)
+
+
+class DivergedError(ValueError):
+    """Training stopped because its loss, its weights or its validation metrics became NaN or
+    infinite; raised on every rank, before anything non-finite was saved. (A ValueError: the
+    command line shows it as one line, as other run errors.)"""
 
 
 @dataclass(frozen=True)
@@ -160,9 +178,12 @@ class Trainer:
         self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
         self.scaler: torch.amp.GradScaler | None = None
         self._log_handler: logging.Handler | None = None
+        self._closed = False  # close() released the lock (on every rank)
         # Made by fit() for its session.
         self._timer: RunClock | None = None
         self._meter: TrainMeter | None = None
+        self._checked_step: int | None = None  # the step _check_finite last passed
+        self._saved_step: int | None = None  # the step of the `last` written or resumed
 
     # ----------------------------------------------------------------- setup
 
@@ -183,11 +204,14 @@ class Trainer:
                 tokenizer were made with.
         """
         if self.run is not None:
-            if not self.folder.locked:
+            # Not folder.locked: only rank 0 holds the lock, and a collective that rank 0
+            # skipped would leave the other ranks waiting in it.
+            if self._closed:
                 with raise_together(self.run.info):
                     if self.run.info.is_main:
                         self.folder.lock()
                         self._log_handler = add_file_handler(self.out_dir / LOG_FILE)
+                self._closed = False
             return
         o = self.config.optim
         info = init_distributed(o.device)
@@ -217,6 +241,7 @@ class Trainer:
                         raise self.folder.cannot_resume(err) from None
                     check_resume(saved, self.config, resume_from / mf.CONFIG_FILE)
             self._setup(info, threads, resume_from)
+            self._closed = False
         except BaseException:
             self._stop_log()
             if not self.resume:
@@ -274,7 +299,7 @@ class Trainer:
             self.train_module = DistributedDataParallel(
                 self.train_module,
                 device_ids=[info.device] if info.device.type == "cuda" else None,
-                broadcast_buffers=False,  # the only buffer is the fixed sinusoid table
+                **_no_buffer_sync(),
             )
         self.run = run
 
@@ -282,6 +307,7 @@ class Trainer:
         """Stops copying the log into ``train.log`` and releases the run folder's lock."""
         self._stop_log()
         self.folder.unlock()
+        self._closed = True
 
     def _stop_log(self) -> None:
         if self._log_handler is not None:
@@ -313,6 +339,7 @@ class Trainer:
         load_resume_states(resume, self.optimizer, self.scheduler, self.scaler, info)
         self.task.check_resumed(saved)
         self.state = RunState.from_saved(saved["run"])
+        self._saved_step = self.state.step
         self.metrics.truncate_after(self.state.step)
         logger.info(
             "resumed from %s at step %d (epoch %d, batch %d)",
@@ -339,6 +366,7 @@ class Trainer:
         assert self.run is not None
         info, resume = self.run.info, None
         if name in mf.RUN_MODELS:
+            self._check_finite()  # never NaN weights over a good checkpoint
             refusal = self.folder.refusal([self.out_dir / name]) if info.is_main else None
             refusal = broadcast_object(refusal, info)
             if refusal:
@@ -361,6 +389,8 @@ class Trainer:
                 resume=resume,
             )
             logger.debug("saved %s at step %d", name, self.state.step)
+        if name == "last":
+            self._saved_step = self.state.step
 
     def _keep_step_checkpoint(self) -> None:
         """With ``optim.keep_checkpoints`` N, saves the weights (no resume state) beside each
@@ -412,7 +442,7 @@ class Trainer:
                 with self.run.autocast():
                     loss = self.train_module(*self.task.loss_args(batch), o.label_smoothing)
                 self.scaler.scale(loss * scale).backward()
-            self._meter.add(loss, self.task.batch_tokens(batch))
+            self._meter.add(loss, self.task.batch_tokens(batch), self.state.step + 1)
         self.scaler.unscale_(self.optimizer)
         if o.clip_norm:
             nn.utils.clip_grad_norm_(self.model.parameters(), o.clip_norm, foreach=True)
@@ -433,6 +463,8 @@ class Trainer:
 
     def _log_train(self, bar) -> None:
         loss, tokens_per_sec = self._meter.summary(self.run.info, self.run.reduce_device)
+        if not math.isfinite(loss):  # an all-reduced sum: every rank takes this branch or none
+            self._check_finite()
         record = {
             "step": self.state.step,
             "epoch": round(self.position.epoch_float, 4),
@@ -452,6 +484,53 @@ class Trainer:
             postfix["min_left"] = f"{left:.1f}"
         bar.set_postfix(postfix, refresh=False)
         logger.debug("train %s", record)
+
+    # ----------------------------------------------------------------- non-finite values
+
+    def _check_finite(self) -> None:
+        """Raises :class:`DivergedError` on every rank when a training loss since the last
+        check, or the weights, hold NaN or inf (collective; once per step)."""
+        s, run = self.state, self.run
+        if self._checked_step == s.step:
+            return
+        bad = ckpt.nonfinite_tensors(dict(self.model.named_parameters()))
+        first = self._meter.first_nonfinite if self._meter is not None else None
+        flags = torch.tensor([math.inf, s.step if bad else math.inf], dtype=torch.float64)
+        if first is not None:  # the first step whose loss was not finite (inf: none)
+            flags[0] = first.to("cpu", torch.float64)
+        # The smallest over ranks: the same two numbers, so the same decision, on every rank.
+        loss_step, weights_step = all_reduce_min(flags.to(run.reduce_device), run.info).tolist()
+        if math.isfinite(loss_step):
+            raise self._diverged(f"the training loss is NaN or infinite at step {int(loss_step)}")
+        if math.isfinite(weights_step):
+            where = (
+                ckpt.describe_nonfinite(bad[0], self.model.get_parameter(bad[0]).detach())
+                if bad
+                else "on another rank"
+            )
+            raise self._diverged(f"the weights hold NaN or inf after step {s.step}: {where}")
+        self._checked_step = s.step
+
+    def _diverged(self, what: str) -> DivergedError:
+        """The error for a run whose loss, weights or validation metrics became NaN or inf:
+        what was found, the checkpoint kept, and how to go on from it."""
+        o = self.config.optim
+        if o.schedule == "cosine":
+            sets = [f"optim.peak_lr={o.peak_lr / 2:g}", f"optim.min_lr={o.min_lr / 2:g}"]
+        else:
+            sets = [f"optim.lr_scale={o.lr_scale / 2:g}"]
+        if not o.clip_norm:
+            sets.append("optim.clip_norm=1.0")
+        flags = " ".join(f"--set {item}" for item in sets)
+        lower = "a lower learning rate" + ("" if o.clip_norm else " and gradient clipping")
+        if self._saved_step is None:
+            then = f"no checkpoint was saved yet: start the run again with {lower} ({flags})"
+        else:
+            then = (
+                f"`last` (step {self._saved_step}) is the last good checkpoint; continue from it "
+                f"with {lower}: attnkit train --resume {os.fspath(self.out_dir)} {flags}"
+            )
+        return DivergedError(f"training diverged: {what}, so the run stopped unsaved; {then}")
 
     # ----------------------------------------------------------------- evaluation
 
@@ -475,9 +554,22 @@ class Trainer:
             release(self.model)
             self.model.train()
 
+    def _checked_eval(self) -> bool:
+        """Checks for non-finite values, evaluates, records (:meth:`_after_eval`); True to
+        stop early."""
+        self._check_finite()
+        return self._after_eval(self._evaluate())
+
     def _after_eval(self, metrics: dict[str, float]) -> bool:
-        """Records an evaluation, saves ``best`` if it is one; True to stop early."""
+        """Records an evaluation, saves ``best`` if it is one; True to stop early.
+
+        Raises:
+            DivergedError: If a metric is NaN or infinite (the same on every rank).
+        """
         s, o = self.state, self.config.optim
+        bad = [f"{k} {v}" for k, v in metrics.items() if not math.isfinite(v)]
+        if bad:
+            raise self._diverged(f"the validation gives {', '.join(bad)} at step {s.step}")
         s.last_eval_step, s.metrics = s.step, metrics
         name = o.best_metric
         if name == "auto":
@@ -493,8 +585,10 @@ class Trainer:
         logger.info(
             "step %d: %s%s",
             s.step,
-            ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()),
-            " (new best)" if better else f" (best {name} {s.best_value:.4f} at step {s.best_step})",
+            ", ".join(f"{k} {format_metric(v)}" for k, v in metrics.items()),
+            " (new best)"
+            if better
+            else f" (best {name} {format_metric(s.best_value)} at step {s.best_step})",
         )
         if better:
             self._save_best()
@@ -600,7 +694,7 @@ class Trainer:
                     s.step % o.eval_every == 0 if o.eval_every else new_epoch
                 )
                 stop = self.budget.stop_reason(s.step, self.position.epochs_done)
-                if evaluate and self._after_eval(self._evaluate()):
+                if evaluate and self._checked_eval():
                     stop = stop or "early_stopping"
                 if not stop and (
                     (o.save_every and s.step % o.save_every == 0) or (not o.save_every and evaluate)
@@ -610,13 +704,13 @@ class Trainer:
                     self._keep_step_checkpoint()
                 self._meter.pause(self._timer.now() - pause)
         if self.task.has_validation and s.last_eval_step != s.step:
-            self._after_eval(self._evaluate())
+            self._checked_eval()
         s.elapsed_sec = self._timer.elapsed()
         self._save("last")
         self._keep_step_checkpoint()
         epoch = self.position.epoch_float
         if s.best_value is not None:
-            best = f"best {s.best_metric} {s.best_value:.4f} at step {s.best_step}"
+            best = f"best {s.best_metric} {format_metric(s.best_value)} at step {s.best_step}"
         elif not self.task.has_validation:
             best = "no validation data, so no evaluation and no `best` checkpoint (only `last`)"
         else:  # pragma: no cover - a run with validation evaluates before it stops
@@ -638,6 +732,17 @@ class Trainer:
             metrics=dict(s.metrics),
             out_dir=self.out_dir,
         )
+
+
+def _no_buffer_sync() -> dict[str, bool]:
+    """DDP's option for no buffer broadcast before every forward (the only buffer is the fixed
+    sinusoid table, the same on every rank). torch 2.13 renamed it ``forward_sync_buffers``
+    and warns for the old ``broadcast_buffers`` (once per process); the new one still
+    broadcasts buffers once when DDP is built, which changes nothing here. torch before 2.13
+    (the floor is 2.7) knows only the old name."""
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters:
+        return {"forward_sync_buffers": False}
+    return {"broadcast_buffers": False}
 
 
 def default_task(config: TrainConfig, eval_hook: EvalHook | None = None) -> Task:
@@ -662,4 +767,4 @@ def train(
     return trainer.fit()
 
 
-__all__ = ["TrainResult", "Trainer", "default_task", "train"]
+__all__ = ["DivergedError", "TrainResult", "Trainer", "default_task", "train"]
