@@ -129,11 +129,12 @@ def gqa_side(model: GPT, prompt: list[int], new_tokens: int, record: dict):
 
 def compare_gqa(args) -> list[str]:
     new = args.gqa_new_tokens
-    prompt = make_prompts(1, length=CONTEXT - new)[0]
+    # the last new token is never fed back: prompt + new - 1 = CONTEXT slots in the cache
+    prompt = make_prompts(1, length=CONTEXT - new + 1)[0]
     print(
         f"Part 1: 8 query heads, 2 (GQA) or 8 (MHA) key/value heads, width 512, "
         f"{args.gqa_layers} layers; one row, a {len(prompt)}-token prompt + {new} greedy "
-        f"tokens = {CONTEXT} tokens in the cache\n"
+        f"tokens: {CONTEXT} tokens in the cache (the last new token is never fed back)\n"
     )
     print(
         "| dtype | model | KV cache (MiB) | cache vs MHA | whole call tokens/s | decoding "

@@ -769,7 +769,20 @@ def test_a_dtype_is_taken_as_torch_names_it(given, expected):
     assert mf.floating_dtype(given) is expected
 
 
-@pytest.mark.parametrize("given", ["fp32", "bf16", "int8", "torch.long", "", None, torch.int64])
+@pytest.mark.parametrize(
+    "given",
+    [
+        "fp32",
+        "bf16",
+        "int8",
+        "torch.long",
+        "",
+        None,
+        torch.int64,
+        "float8_e4m3fn",
+        torch.float8_e5m2,
+    ],
+)
 def test_a_dtype_torch_has_no_floating_name_for_is_refused(given):
     """torch itself read "bfloat16" in .to() as a device ("Invalid device string")."""
     with pytest.raises(

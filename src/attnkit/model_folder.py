@@ -374,6 +374,9 @@ def _names(keys: Iterable[str], most: int = 8) -> str:
     return f"{keys[:most]}{more}"
 
 
+_FLOATING = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+
 def floating_dtype(dtype: torch.dtype | str, name: str = "dtype") -> torch.dtype:
     """``dtype`` as a floating-point ``torch.dtype``: the dtype itself, or its name as torch
     spells it (``"float32"``, ``"bfloat16"``, ``"float16"``, ``"float64"``, also ``"half"``,
@@ -387,7 +390,7 @@ def floating_dtype(dtype: torch.dtype | str, name: str = "dtype") -> torch.dtype
     found = dtype
     if isinstance(dtype, str):
         found = getattr(torch, dtype.removeprefix("torch."), None)
-    if isinstance(found, torch.dtype) and found.is_floating_point:
+    if found in _FLOATING:  # not the float8 kinds: no model runs its products in them
         return found
     raise ValueError(
         f"{name}: expected a floating-point torch.dtype or its name (float32, bfloat16, float16 "

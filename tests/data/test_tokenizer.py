@@ -176,3 +176,13 @@ def test_load_of_a_damaged_file_names_it(small_tokenizer, tmp_path, content):
     path.write_bytes(content if content else path.read_bytes()[:100])
     with pytest.raises(ValueError, match=r"tokenizer\.json: not a readable tokenizer \("):
         SubwordTokenizer.load(path)
+
+
+def test_load_of_another_tokenizer_names_the_file_and_the_special_id(tmp_path):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    path = tmp_path / "tokenizer.json"
+    Tokenizer(WordLevel({"a": 0, "<unk>": 1}, unk_token="<unk>")).save(str(path))
+    with pytest.raises(ValueError, match=r"tokenizer\.json: tokenizer has '<pad>' at id None"):
+        SubwordTokenizer.load(path)

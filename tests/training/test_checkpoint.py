@@ -352,3 +352,15 @@ def test_checkpoints_keep_the_writer_mark_and_are_translation_folders(tmp_path, 
     loaded, _, _ = load_translation_model(folder)
     for name, tensor in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], tensor), name
+
+
+def test_a_run_saved_before_sources_were_cleaned_keeps_its_raw_sources(last):
+    """`data.clean_sources` is new: a checkpoint written before it (no such key) trained on
+    its sources as written, and must resume so (its tokenizer and batch order depend on it);
+    a checkpoint written now keeps the value it was trained with."""
+    assert ckpt.read_train_config(last).data.clean_sources is True
+    raw = json.loads((last / "config.json").read_text())
+    assert raw["data"]["clean_sources"] is True
+    del raw["data"]["clean_sources"]
+    (last / "config.json").write_text(json.dumps(raw))
+    assert ckpt.read_train_config(last).data.clean_sources is False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -79,14 +80,18 @@ def test_sources_are_cleaned_as_translation_cleans_them_and_targets_kept(tmp_pat
     for name, text in (("dirty.de", dirty), ("clean.de", clean), ("t.en", target)):
         (tmp_path / name).write_text(text, encoding="utf-8")
 
-    def load(src: str):
-        cfg = DataConfig(
+    def load_cfg(src: str) -> DataConfig:
+        return DataConfig(
             corpus="", train_src=str(tmp_path / src), train_tgt=str(tmp_path / "t.en"),
             val_src=str(tmp_path / src), val_tgt=str(tmp_path / "t.en"),
         )  # fmt: skip
-        return load_text(cfg)
+
+    def load(src: str):
+        return load_text(load_cfg(src))
 
     loaded = load("dirty.de")
     assert loaded == load("clean.de")
+    raw = load_text(dataclasses.replace(load_cfg("dirty.de"), clean_sources=False))
+    assert raw.train.src[0] == "  Ein\tMann\u00a0 fährt\x1b  "  # as written (BOM: read_lines)
     assert loaded.train.src == loaded.val.src == ["Ein Mann fährt", "Zwei Hunde."]
     assert loaded.train.tgt == ["A  man\tdrives.", "Two dogs."]

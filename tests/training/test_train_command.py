@@ -245,3 +245,33 @@ def test_a_run_that_diverges_is_one_line_and_resumes_with_the_advice(tmp_path, c
     monkeypatch.undo()
     assert main(command.split()[1:] + ["--no-progress", "--max-steps", "4"]) == 0
     assert state(folder)["step"] == 4
+
+
+def lrs(folder) -> dict[int, float]:
+    return {r["step"]: r["lr"] for r in read_metrics(folder / "metrics.jsonl") if "lr" in r}
+
+
+@pytest.mark.parametrize(
+    "start, change",
+    [
+        ([], ["optim.lr_scale=0.4"]),  # the paper's schedule, tiny_copy's lr_scale 0.8 halved
+        (
+            ["optim.schedule=cosine", "optim.peak_lr=0.002", "optim.min_lr=0.0002"],
+            ["optim.peak_lr=0.001", "optim.min_lr=0.0001"],
+        ),
+    ],
+)
+def test_a_learning_rate_changed_on_resume_is_used_from_the_next_step(tmp_path, start, change):
+    """--resume --set may change the learning rate (reliability.md); the checkpoint's saved
+    schedule must not win over it. Both schedules scale linearly with their rate, during
+    warmup: the resumed steps' rates are exactly half the unchanged resume's."""
+    sets = [arg for item in start for arg in ("--set", item)]
+    same, lower = tmp_path / "same", tmp_path / "lower"
+    assert new_run(same, "--max-steps", "2", *sets) == 0
+    shutil.copytree(same, lower)
+    assert resume(same, "--max-steps", "4") == 0
+    assert resume(lower, "--max-steps", "4", *[a for c in change for a in ("--set", c)]) == 0
+    before, after = lrs(same), lrs(lower)
+    assert before[1] == after[1] and before[2] == after[2]  # the steps before the resume
+    for step in (3, 4):
+        assert after[step] == pytest.approx(before[step] / 2, rel=1e-12)

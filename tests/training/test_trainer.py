@@ -325,12 +325,28 @@ def test_a_non_finite_validation_stops_the_run_before_best_is_saved(tmp_path, mo
     config = fast_config("optim.max_steps=6", "optim.eval_every=2", "optim.val_bleu=false")
     with pytest.raises(
         DivergedError,
-        match=r"^training diverged: the validation gives val_loss nan, val_ppl nan "
+        match=r"^training diverged: the validation gives val_loss nan "
         r"at step 4, so the run stopped unsaved; `last` \(step 2\) is the last good checkpoint",
     ):
         train(config, run, progress=False)
     for name in ("last", "best"):
         assert json.loads((run / name / "state.json").read_text())["step"] == 2
+
+
+def test_a_metric_of_its_own_that_is_nan_does_not_stop_the_run(tmp_path, monkeypatch):
+    """Only the validation loss and the metric choosing `best` stop a run: an evaluation's
+    other metrics (an EvalHook may say "not computed" with NaN) are recorded as they are."""
+    from attnkit.training.translation import TranslationTask
+
+    original = TranslationTask.evaluate
+
+    def evaluate(self, run, model, loss_module):
+        return {**original(self, run, model, loss_module), "val_note": float("nan")}
+
+    monkeypatch.setattr(TranslationTask, "evaluate", evaluate)
+    config = fast_config("optim.max_steps=4", "optim.eval_every=2", "optim.val_bleu=false")
+    result = train(config, tmp_path / "run", progress=False)
+    assert result.step == 4 and math.isnan(result.metrics["val_note"])
 
 
 def test_no_checkpoint_yet_says_to_start_again(tmp_path, monkeypatch):

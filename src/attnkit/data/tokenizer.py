@@ -174,7 +174,10 @@ class SubwordTokenizer:
             tokenizer = Tokenizer.from_file(os.fspath(path))
         except Exception as err:  # tokenizers raises a bare Exception for malformed JSON
             raise ValueError(f"{os.fspath(path)}: not a readable tokenizer ({err})") from None
-        return cls(tokenizer)
+        try:
+            return cls(tokenizer)
+        except ValueError as err:  # another tokenizer's special ids
+            raise ValueError(f"{os.fspath(path)}: {err}") from None
 
     def with_bpe_dropout(self, p: float) -> SubwordTokenizer:
         """A copy that drops each BPE merge with probability ``p`` while encoding

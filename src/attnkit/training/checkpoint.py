@@ -164,6 +164,10 @@ def read_train_config(folder: str | os.PathLike[str]) -> TrainConfig:
                 f"checkpoint (no {TRAIN_CONFIG_KEY!r} object)"
             )
         raw = train
+    data = raw.get("data")
+    if raw.get("task", "translation") == "translation" and isinstance(data, dict):
+        # saved before training cleaned its sources: it trained on them as written
+        raw = {**raw, "data": {"clean_sources": False, **data}}
     try:
         return TrainConfig.from_dict(raw, allow_tokenizer_keys=True)
     except (TypeError, ValueError) as err:

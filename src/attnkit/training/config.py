@@ -93,6 +93,9 @@ class DataConfig:
     # merge dropped with this probability (0.1 in the paper); validation and inference keep
     # the deterministic segmentation. 0 = off.
     bpe_dropout: float = 0.0
+    # Pass each source line through normalize_source, as the Translator does (runs saved
+    # before this option existed read as false: they trained on the sources as written).
+    clean_sources: bool = True
     # Pad each batch's source and target widths up to a multiple of this (1 = to the longest
     # row): fewer distinct shapes, whose CPU kernels oneDNN compiles once and then reuses.
     pad_multiple: int = 1

@@ -55,7 +55,8 @@ def load_text(cfg: DataConfig) -> TextData:
     # The source side as the Translator will give it to the model (white space collapsed,
     # control characters and byte-order marks gone): no subword or weight is spent on what
     # inference never shows it.
-    train, val = (None if c is None else _clean_sources(c) for c in (train, val))
+    if cfg.clean_sources:
+        train, val = (None if c is None else _clean_sources(c) for c in (train, val))
     if cfg.max_train_pairs and len(train) > cfg.max_train_pairs:
         n = cfg.max_train_pairs
         train = ParallelCorpus(src=train.src[:n], tgt=train.tgt[:n])

@@ -82,6 +82,7 @@ RESUME_FIXED_DATA_KEYS = frozenset(
         "train_src",
         "train_tgt",
         "max_train_pairs",
+        "clean_sources",
         "vocab_size",
         "min_frequency",
         "copy_train_pairs",

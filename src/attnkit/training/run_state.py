@@ -102,6 +102,29 @@ def resume_states(
     }
 
 
+def _keep_configured_schedule(
+    scheduler: torch.optim.lr_scheduler.LambdaLR, configured: list[dict[str, Any]]
+) -> None:
+    """Puts the configured schedule settings back after ``scheduler.load_state_dict`` (which
+    wrote the saved ones into the same factor objects), keeping the saved ``progress``, and,
+    if a setting differs, sets each group's learning rate for the next step from them."""
+    changed = False
+    for factor, settings in zip(scheduler.lr_lambdas, configured, strict=True):
+        settings = {**settings, "progress": getattr(factor, "progress", 0.0)}
+        if vars(factor) != settings:
+            changed = True
+            vars(factor).clear()
+            vars(factor).update(settings)
+    if changed:
+        groups = scheduler.optimizer.param_groups
+        for group, base, factor in zip(
+            groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True
+        ):
+            group["lr"] = base * factor(scheduler.last_epoch)
+        scheduler._last_lr = [group["lr"] for group in groups]
+        logger.info("schedule: the resumed config's settings from this step on")
+
+
 def load_resume_states(
     saved: dict[str, Any],
     optimizer: torch.optim.Optimizer,
@@ -109,9 +132,17 @@ def load_resume_states(
     scaler: torch.amp.GradScaler,
     info: DistInfo,
 ) -> None:
-    """Restores what :func:`resume_states` saved; this rank takes its own random states."""
+    """Restores what :func:`resume_states` saved; this rank takes its own random states.
+
+    The schedule's settings are the resumed config's, not the saved ones (``--resume --set
+    optim.lr_scale=...`` lowers the learning rate from the next step on); only where the
+    schedule is (its step count and budget progress) comes from the checkpoint. When the
+    settings are unchanged nothing is recomputed, so the resume stays bit-exact.
+    """
     optimizer.load_state_dict(saved["optimizer"])
-    scheduler.load_state_dict(saved["scheduler"])
+    configured = [dataclasses.asdict(f) for f in scheduler.lr_lambdas]  # from the new config
+    scheduler.load_state_dict(saved["scheduler"])  # LambdaLR restores the saved fields too
+    _keep_configured_schedule(scheduler, configured)
     scaler.load_state_dict(saved["scaler"])
     ranks = saved["rng"]
     if len(ranks) != info.world_size:

@@ -41,6 +41,7 @@ import inspect
 import logging
 import math
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -489,12 +490,15 @@ class Trainer:
 
     def _check_finite(self) -> None:
         """Raises :class:`DivergedError` on every rank when a training loss since the last
-        check, or the weights, hold NaN or inf (collective; once per step)."""
+        check, or the weights, hold NaN or inf (collective; once per step). With float16's
+        grad scaler a loss that overflowed is not divergence: the scaler skipped that step and
+        lowers its scale, so only the weights tell."""
         s, run = self.state, self.run
         if self._checked_step == s.step:
             return
         bad = ckpt.nonfinite_tensors(dict(self.model.named_parameters()))
-        first = self._meter.first_nonfinite if self._meter is not None else None
+        scaled = self.scaler is not None and self.scaler.is_enabled()
+        first = self._meter.first_nonfinite if self._meter is not None and not scaled else None
         flags = torch.tensor([math.inf, s.step if bad else math.inf], dtype=torch.float64)
         if first is not None:  # the first step whose loss was not finite (inf: none)
             flags[0] = first.to("cpu", torch.float64)
@@ -528,7 +532,7 @@ class Trainer:
         else:
             then = (
                 f"`last` (step {self._saved_step}) is the last good checkpoint; continue from it "
-                f"with {lower}: attnkit train --resume {os.fspath(self.out_dir)} {flags}"
+                f"with {lower}: attnkit train --resume {shlex.quote(os.fspath(self.out_dir))} {flags}"
             )
         return DivergedError(f"training diverged: {what}, so the run stopped unsaved; {then}")
 
@@ -564,13 +568,11 @@ class Trainer:
         """Records an evaluation, saves ``best`` if it is one; True to stop early.
 
         Raises:
-            DivergedError: If a metric is NaN or infinite (the same on every rank).
+            DivergedError: If the validation loss or the metric that selects ``best`` is NaN
+                or infinite (the same on every rank). Other metrics (an ``EvalHook``'s own,
+                which may say "not computed" with NaN) are recorded as they are.
         """
         s, o = self.state, self.config.optim
-        bad = [f"{k} {v}" for k, v in metrics.items() if not math.isfinite(v)]
-        if bad:
-            raise self._diverged(f"the validation gives {', '.join(bad)} at step {s.step}")
-        s.last_eval_step, s.metrics = s.step, metrics
         name = o.best_metric
         if name == "auto":
             name = "val_bleu" if "val_bleu" in metrics else "val_loss"
@@ -578,6 +580,14 @@ class Trainer:
             raise ValueError(
                 f"optim.best_metric={name!r} but evaluation gave only {sorted(metrics)}"
             )
+        bad = [
+            f"{k} {metrics[k]}"
+            for k in dict.fromkeys(("val_loss", name))
+            if k in metrics and not math.isfinite(metrics[k])
+        ]
+        if bad:
+            raise self._diverged(f"the validation gives {', '.join(bad)} at step {s.step}")
+        s.last_eval_step, s.metrics = s.step, metrics
         better = record_eval(s, name, metrics[name], self.task.higher_is_better[name])
         record = {"step": s.step, "epoch": round(self.position.epoch_float, 4), **metrics}
         record["elapsed_sec"] = round(self._timer.elapsed(), 2)
