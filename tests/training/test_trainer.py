@@ -349,6 +349,44 @@ def test_a_metric_of_its_own_that_is_nan_does_not_stop_the_run(tmp_path, monkeyp
     assert result.step == 4 and math.isnan(result.metrics["val_note"])
 
 
+def overflow_losses(monkeypatch, steps: range) -> None:
+    """The loss of the steps in ``steps`` is infinite (a float16 forward that overflows): its
+    gradients are not finite, and the grad scaler skips the step; the weights stay finite."""
+    from attnkit.training.sequence_loss import SequenceLoss
+
+    original, state = SequenceLoss.forward, {"step": 0}
+    original_step = Trainer._train_step
+
+    def forward(self, *args, **kwargs):
+        loss = original(self, *args, **kwargs)
+        return loss * float("inf") if state["step"] in steps else loss
+
+    def train_step(self, batches):
+        state["step"] = self.state.step + 1
+        return original_step(self, batches)
+
+    monkeypatch.setattr(SequenceLoss, "forward", forward)
+    monkeypatch.setattr(Trainer, "_train_step", train_step)
+
+
+def test_under_the_float16_grad_scaler_one_overflow_is_skipped_and_a_lasting_one_stops(
+    tmp_path, monkeypatch
+):
+    """The scaler's business is an overflow now and then: that step is skipped, the run goes
+    on. A loss that stays infinite drives the scale below 1 (17 halvings from 65,536) with
+    finite weights, and then it is divergence, named by its first step."""
+    config = fast_config("optim.max_steps=30", "optim.log_every=1", "optim.autocast=fp16")
+    overflow_losses(monkeypatch, range(3, 4))
+    assert train(config, tmp_path / "once", progress=False).step == 30
+    overflow_losses(monkeypatch, range(3, 31))
+    with pytest.raises(DivergedError, match=r"the training loss is NaN or infinite at step 3,"):
+        train(config, tmp_path / "lasting", progress=False)
+    logged = [r["step"] for r in read_metrics(tmp_path / "lasting" / "metrics.jsonl")]
+    # Steps 3-19 are 17 overflows: the check at step 19's record finds the scale at 0.5 and
+    # stops before writing it; the 16 records before it are skipped steps the run went on from.
+    assert max(logged) == 18
+
+
 def test_no_checkpoint_yet_says_to_start_again(tmp_path, monkeypatch):
     """Without a `last` to go back to, the error says to start again, with the lower rate and
     the clipping a run without clipping lacks."""

@@ -103,18 +103,20 @@ def resume_states(
 
 
 def _keep_configured_schedule(
-    scheduler: torch.optim.lr_scheduler.LambdaLR, configured: list[dict[str, Any]]
+    scheduler: torch.optim.lr_scheduler.LambdaLR,
+    configured: list[dict[str, Any]],
+    progress: float | None,
 ) -> None:
     """Puts the configured schedule settings back after ``scheduler.load_state_dict`` (which
-    wrote the saved ones into the same factor objects), keeping the saved ``progress``, and,
-    if a setting differs, sets each group's learning rate for the next step from them."""
+    wrote the saved ones into the same factor objects) and, if a setting differs, sets each
+    group's learning rate for the next step from them (at ``progress``, when given)."""
     changed = False
     for factor, settings in zip(scheduler.lr_lambdas, configured, strict=True):
-        settings = {**settings, "progress": getattr(factor, "progress", 0.0)}
-        if vars(factor) != settings:
+        saved_progress = getattr(factor, "progress", 0.0)
+        if vars(factor) != {**settings, "progress": saved_progress}:
             changed = True
             vars(factor).clear()
-            vars(factor).update(settings)
+            vars(factor).update(settings, progress=saved_progress if progress is None else progress)
     if changed:
         groups = scheduler.optimizer.param_groups
         for group, base, factor in zip(
@@ -131,18 +133,22 @@ def load_resume_states(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     scaler: torch.amp.GradScaler,
     info: DistInfo,
+    *,
+    progress: float | None = None,
 ) -> None:
     """Restores what :func:`resume_states` saved; this rank takes its own random states.
 
     The schedule's settings are the resumed config's, not the saved ones (``--resume --set
-    optim.lr_scale=...`` lowers the learning rate from the next step on); only where the
-    schedule is (its step count and budget progress) comes from the checkpoint. When the
-    settings are unchanged nothing is recomputed, so the resume stays bit-exact.
+    optim.lr_scale=...`` lowers the learning rate from the next step on); where the schedule
+    is (its step count, and its budget progress) comes from the checkpoint. When the settings
+    are unchanged nothing is recomputed, so the resume stays bit-exact; when they changed,
+    ``progress`` (the budget spent, as the trainer computes it each step) replaces the saved
+    one, which a schedule that did not track it (no cooldown) saved as 0.
     """
     optimizer.load_state_dict(saved["optimizer"])
     configured = [dataclasses.asdict(f) for f in scheduler.lr_lambdas]  # from the new config
     scheduler.load_state_dict(saved["scheduler"])  # LambdaLR restores the saved fields too
-    _keep_configured_schedule(scheduler, configured)
+    _keep_configured_schedule(scheduler, configured, progress)
     scaler.load_state_dict(saved["scaler"])
     ranks = saved["rng"]
     if len(ranks) != info.world_size:

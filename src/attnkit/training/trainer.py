@@ -337,9 +337,14 @@ class Trainer:
             resume = ckpt.load_resume_state(folder)
         except ValueError as err:  # a corrupt or truncated file in `last`: say what is left
             raise self.folder.cannot_resume(err) from None
-        load_resume_states(resume, self.optimizer, self.scheduler, self.scaler, info)
+        state = RunState.from_saved(saved["run"])
+        # where the budget stands, for a schedule whose settings the resume changed
+        progress = self.budget.progress(state.step, state.elapsed_sec)
+        load_resume_states(
+            resume, self.optimizer, self.scheduler, self.scaler, info, progress=progress
+        )
         self.task.check_resumed(saved)
-        self.state = RunState.from_saved(saved["run"])
+        self.state = state
         self._saved_step = self.state.step
         self.metrics.truncate_after(self.state.step)
         logger.info(
@@ -497,8 +502,13 @@ class Trainer:
         if self._checked_step == s.step:
             return
         bad = ckpt.nonfinite_tensors(dict(self.model.named_parameters()))
-        scaled = self.scaler is not None and self.scaler.is_enabled()
-        first = self._meter.first_nonfinite if self._meter is not None and not scaled else None
+        # Under the scaler an overflow is skipped and the scale halved; a loss that stays
+        # non-finite (the forward overflows, which no scale mends) drives it below 1 (16
+        # halvings from 65,536): that counts. The scale is the same on every rank.
+        skipping = (
+            self.scaler is not None and self.scaler.is_enabled() and self.scaler.get_scale() >= 1.0
+        )
+        first = self._meter.first_nonfinite if self._meter is not None and not skipping else None
         flags = torch.tensor([math.inf, s.step if bad else math.inf], dtype=torch.float64)
         if first is not None:  # the first step whose loss was not finite (inf: none)
             flags[0] = first.to("cpu", torch.float64)
