@@ -1403,3 +1403,24 @@ def test_meta_tensors_give_meta_outputs_of_the_right_shape(case):
     cpu, meta = (x if isinstance(x, tuple) else (x,) for x in (cpu, meta))
     assert [t.shape for t in meta] == [t.shape for t in cpu]
     assert all(t.is_meta for t in meta)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_float32_mask_row_of_large_negatives_gives_the_same_on_every_path(dtype):
+    """A float mask adds the same -1e9 to every score of row 1: softmax ignores a constant,
+    so the row is the softmax of its own scores, as float64 arithmetic (which keeps the scores
+    beside -1e9) computes it. The fast path and the readable one (return_weights) agree; the
+    readable one used to lose the scores against -1e9 in float32 and give equal weights."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 3 if i == 0 else 4, 8).to(dtype) for i in range(3))
+    mask = torch.zeros(3, 4)
+    mask[1] = -1e9
+    mask[2, 1] = -1e9  # a row with one key left out: the same on both paths as before
+    scores = (q.double() @ k.double().transpose(-1, -2)) / math.sqrt(8) + mask.double()
+    reference = torch.softmax(scores, dim=-1) @ v.double()  # (1, 2, 3, 8) float64
+    fast = scaled_dot_product_attention(q, k, v, mask)
+    readable, weights = scaled_dot_product_attention(q, k, v, mask, return_weights=True)
+    tol = dict(atol=3e-2, rtol=0) if dtype == torch.bfloat16 else dict(atol=4e-3, rtol=0)
+    torch.testing.assert_close(fast.double(), reference, **tol)
+    torch.testing.assert_close(readable.double(), reference, **tol)
+    assert weights[0, :, 1].float().std(dim=-1).min() > 0.02  # not the equal weights of 0.25

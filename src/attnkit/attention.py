@@ -439,7 +439,10 @@ def _prepare_mask(
       makes NaN from them; the caller zeroes their output. Meta tensors have no rows to look at.
     * The short kernel takes an additive mask in the query's dtype. A float mask in another
       dtype is shifted so that each row's largest entry is 0 before the cast (softmax ignores a
-      per-row constant), so large finite values (-1e9) cannot overflow in a narrower dtype.
+      per-row constant), so large finite values (-1e9) cannot overflow in a narrower dtype. Every
+      backend, the readable one included, takes it so shifted: a row of -1e9 everywhere is
+      then the row's own scores, on every path (unshifted, float32 arithmetic would lose the
+      scores against -1e9 and give equal weights on one path only).
     """
     if mask is not None and mask.dim() < 2:
         mask = mask.reshape((1,) * (2 - mask.dim()) + tuple(mask.shape))  # (1, T_k) or (1, 1)
@@ -467,7 +470,7 @@ def _prepare_mask(
     if backend == SHORT and is_bool:
         additive = torch.zeros(mask.shape, dtype=dtype, device=device)
         mask = additive.masked_fill(~mask, float("-inf"))
-    elif backend != READABLE and not is_bool and mask.dtype != dtype:
+    elif not is_bool and mask.dtype != dtype:
         wide = mask.to(torch.promote_types(mask.dtype, dtype))
         mask = (wide - wide.amax(dim=-1, keepdim=True)).to(dtype)
     return _PreparedMask(mask, causal, empty)
