@@ -53,10 +53,34 @@ def test_onednn_cap_hides_amx(cap, fast, monkeypatch, uncapped_onednn):
 
 
 @pytest.mark.parametrize(
+    ("cap", "amx"),
+    [
+        (None, True),
+        ("ALL", True),
+        ("AVX512_CORE_BF16", True),  # measured as fast on the Xeon: the CPU decides
+        ("avx512_core_amx", True),
+        ("AVX2", False),  # CI's emulation of an AVX2-only CPU: that CPU's path
+        ("avx2_vnni", False),
+        ("SSE41", False),
+    ],
+)
+def test_attention_amx_rule_follows_a_cap_below_avx512(cap, amx, monkeypatch, uncapped_onednn):
+    """With ONEDNN_MAX_CPU_ISA below AVX-512 an AMX machine takes an AVX2-only CPU's attention
+    path (before, CI's AVX2 pass on an AMX Xeon took the AMX path with AVX2 kernels)."""
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_fp16_supported", lambda: True, raising=False)
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", True)
+    if cap is not None:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    assert cpu_attention_has_amx(torch.bfloat16) is amx
+    assert cpu_attention_has_amx(torch.float16) is amx
+
+
+@pytest.mark.parametrize(
     "tiles, fp16, mkldnn",
     [(True, False, True), (True, True, True), (False, False, True), (True, True, False)],
 )
-def test_attention_amx_rule(tiles, fp16, mkldnn, monkeypatch):
+def test_attention_amx_rule(tiles, fp16, mkldnn, monkeypatch, uncapped_onednn):
     """torch's attention kernel uses AMX for bf16 with AMX-BF16 tiles, for fp16 only with
     AMX-FP16, and for neither without oneDNN; float32 never."""
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: tiles, raising=False)

@@ -43,6 +43,15 @@ def _onednn_may_use_amx() -> bool:
     return cap in ("ALL", "DEFAULT") or "AMX" in cap
 
 
+def _onednn_capped_below_avx512() -> bool:
+    """True when ``ONEDNN_MAX_CPU_ISA`` (or ``DNNL_MAX_CPU_ISA``) caps oneDNN at an ISA without
+    AVX-512 (``SSE41``, ``AVX``, ``AVX2``, ``AVX2_VNNI``, ``AVX2_VNNI_2``): no bfloat16
+    instructions at all, as on an AVX2-only CPU."""
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL"
+    cap = cap.strip().upper()
+    return cap.startswith(("SSE", "AVX2")) or cap == "AVX"
+
+
 def cpu_has_fast_bf16() -> bool:
     """True when this CPU runs bf16 matmuls natively (AVX-512 dispatch or AMX tiles).
 
@@ -67,10 +76,14 @@ def cpu_attention_has_amx(dtype: torch.dtype = torch.bfloat16) -> bool:
     first, and 2.1-2.4x faster than three matmuls over a cache slice; without it (AMD EPYC
     with avx512_bf16) the bf16 kernel is 2-4x slower than float32. ``attnkit.attention`` picks
     its path for half-precision decoding steps by this. (Capping oneDNN with
-    ``ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16`` on the Xeon left the bf16 kernel as fast, so the
-    rule reads the CPU, not that setting.)
+    ``ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16`` on the Xeon left the bf16 kernel as fast, so that
+    setting does not change the rule.) A cap below AVX-512 (``ONEDNN_MAX_CPU_ISA=AVX2``, CI's
+    emulation of an AVX2-only CPU) leaves oneDNN no bfloat16 instruction, so the rule says
+    False there, and the path taken is an AVX2-only CPU's.
     """
     if not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
+        return False
+    if _onednn_capped_below_avx512():
         return False
     if dtype == torch.bfloat16:
         return _cpu_has("amx_tile")
