@@ -748,7 +748,7 @@ def test_half_precision_decoding_step(monkeypatch, dtype, kv_heads, amx):
     scores = q.double() @ k64.transpose(-1, -2) / math.sqrt(16)  # (3, 4, 1, T_k)
     weights = torch.softmax(scores.masked_fill(~mask, -math.inf), dim=-1)
     reference = weights @ v64  # (3, 4, 1, 16)
-    tol = 1.5e-2 if dtype == torch.bfloat16 else 2e-3  # here: 1.3e-3 and 2.6e-4 at most
+    tol = 6e-3 if dtype == torch.bfloat16 else 2e-3  # here: 1.3e-3 and 2.6e-4 at most
     torch.testing.assert_close(got.double(), reference, rtol=0, atol=tol)
     torch.testing.assert_close(want.double(), reference, rtol=0, atol=1e-5)
 

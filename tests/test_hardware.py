@@ -62,6 +62,9 @@ def test_onednn_cap_hides_amx(cap, fast, monkeypatch, uncapped_onednn):
         ("AVX2", False),  # CI's emulation of an AVX2-only CPU: that CPU's path
         ("avx2_vnni", False),
         ("SSE41", False),
+        ("AVX", False),
+        ("AVX10_1_512", True),
+        ("DNNL:avx2", False),  # the old name of the setting
     ],
 )
 def test_attention_amx_rule_follows_a_cap_below_avx512(cap, amx, monkeypatch, uncapped_onednn):
@@ -70,10 +73,26 @@ def test_attention_amx_rule_follows_a_cap_below_avx512(cap, amx, monkeypatch, un
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
     monkeypatch.setattr(torch.cpu, "_is_amx_fp16_supported", lambda: True, raising=False)
     monkeypatch.setattr(torch.backends.mkldnn, "enabled", True)
-    if cap is not None:
+    if cap is not None and cap.startswith("DNNL:"):
+        monkeypatch.setenv("DNNL_MAX_CPU_ISA", cap.removeprefix("DNNL:"))
+    elif cap is not None:
         monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
     assert cpu_attention_has_amx(torch.bfloat16) is amx
     assert cpu_attention_has_amx(torch.float16) is amx
+
+
+@pytest.mark.parametrize(("cap", "fast"), [(None, True), ("AVX2", False), ("AVX512_CORE", True)])
+def test_onednn_capped_below_avx512_keeps_float32_under_avx512_dispatch(
+    cap, fast, monkeypatch, uncapped_onednn
+):
+    """torch dispatching AVX-512 while oneDNN, which runs the bf16 products, is capped at AVX2:
+    bfloat16 would be emulated, so ``auto`` keeps float32 (before: bfloat16)."""
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    if cap is not None:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    assert cpu_has_fast_bf16() is fast
+    assert fast_inference_dtype("cpu") == (torch.bfloat16 if fast else torch.float32)
 
 
 @pytest.mark.parametrize(

@@ -326,7 +326,9 @@ def _select_backend(
        torch's kernel runs half precision on AMX tiles: a single query per row (it reads the
        cache slice in place and is 2.1-2.4x faster) or at most :data:`AMX_FUSED_MAX_ROWS`
        query rows in all (batch x heads x T_q: the cross-attention of a few sentences' beams,
-       2-3x faster there; the three matmuls' fixed cost is oneDNN's per call);
+       2-3x faster there; the three matmuls' fixed cost is oneDNN's per call). This rule reads
+       the batch size, so on such a CPU a half-precision row can round differently alone and
+       in a batch (the README's note on bfloat16);
     3. ``step`` (:func:`~attnkit.attention_short.one_query_attention`) for float32 without
        dropout, one query per row and position-major keys and values (any (B, T, H, d)
        buffer viewed as (B, H, T, d): the translation decoder's self-attention cache, a

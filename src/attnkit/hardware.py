@@ -34,21 +34,24 @@ def _cpu_has(feature: str) -> bool:
     return bool(getattr(torch.cpu, f"_is_{feature}_supported", lambda: False)())
 
 
-def _onednn_may_use_amx() -> bool:
-    """False when ``ONEDNN_MAX_CPU_ISA`` (or its old name ``DNNL_MAX_CPU_ISA``) caps oneDNN
-    below AMX (e.g. ``AVX2``, the setting that makes an AMX machine compute as an AVX2-only
-    one, or ``AVX512_CORE_BF16``)."""
+def _onednn_cap() -> str:
+    """``ONEDNN_MAX_CPU_ISA`` (or its old name ``DNNL_MAX_CPU_ISA``), upper case; ``"ALL"``
+    when neither is set."""
     cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL"
-    cap = cap.strip().upper()
+    return cap.strip().upper()
+
+
+def _onednn_may_use_amx() -> bool:
+    """False when oneDNN is capped below AMX (e.g. ``AVX2``, the setting that makes an AMX
+    machine compute as an AVX2-only one, or ``AVX512_CORE_BF16``)."""
+    cap = _onednn_cap()
     return cap in ("ALL", "DEFAULT") or "AMX" in cap
 
 
 def _onednn_capped_below_avx512() -> bool:
-    """True when ``ONEDNN_MAX_CPU_ISA`` (or ``DNNL_MAX_CPU_ISA``) caps oneDNN at an ISA without
-    AVX-512 (``SSE41``, ``AVX``, ``AVX2``, ``AVX2_VNNI``, ``AVX2_VNNI_2``): no bfloat16
-    instructions at all, as on an AVX2-only CPU."""
-    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL"
-    cap = cap.strip().upper()
+    """True when oneDNN is capped at an ISA without AVX-512 (``SSE41``, ``AVX``, ``AVX2``,
+    ``AVX2_VNNI``, ``AVX2_VNNI_2``), as on an AVX2-only CPU."""
+    cap = _onednn_cap()
     return cap.startswith(("SSE", "AVX2")) or cap == "AVX"
 
 
@@ -58,8 +61,12 @@ def cpu_has_fast_bf16() -> bool:
     AMX tiles count only where oneDNN, which runs the bf16 products, may use them: with
     ``ONEDNN_MAX_CPU_ISA=AVX2`` (and ``ATEN_CPU_CAPABILITY=avx2``) an AMX Xeon emulates bf16
     as an AVX2 processor does, a training step of the Multi30k config 50x slower than in
-    float32 (60 against 1.2 s, measured), so ``auto`` keeps float32 there as on AVX2.
+    float32 (60 against 1.2 s, measured), so ``auto`` keeps float32 there as on AVX2. For
+    the same reason oneDNN capped below AVX-512 counts as an AVX2-only CPU whatever torch's
+    own dispatch (``ONEDNN_MAX_CPU_ISA=AVX2`` alone).
     """
+    if _onednn_capped_below_avx512():
+        return False
     capability = torch.backends.cpu.get_cpu_capability()
     return capability.startswith("AVX512") or (_cpu_has("amx_tile") and _onednn_may_use_amx())
 
@@ -77,9 +84,10 @@ def cpu_attention_has_amx(dtype: torch.dtype = torch.bfloat16) -> bool:
     with avx512_bf16) the bf16 kernel is 2-4x slower than float32. ``attnkit.attention`` picks
     its path for half-precision decoding steps by this. (Capping oneDNN with
     ``ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16`` on the Xeon left the bf16 kernel as fast, so that
-    setting does not change the rule.) A cap below AVX-512 (``ONEDNN_MAX_CPU_ISA=AVX2``, CI's
-    emulation of an AVX2-only CPU) leaves oneDNN no bfloat16 instruction, so the rule says
-    False there, and the path taken is an AVX2-only CPU's.
+    setting does not change the rule.) Under a cap below AVX-512 (``ONEDNN_MAX_CPU_ISA=AVX2``,
+    CI's emulation of an AVX2-only CPU) the rule says False, a routing choice (the kernel's
+    speed there was not measured): the attention core then takes an AVX2-only CPU's paths for
+    half precision, which is what that emulation is for.
     """
     if not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
         return False
