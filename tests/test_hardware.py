@@ -33,19 +33,24 @@ def test_cpu_rule(capability, amx, fast, monkeypatch, uncapped_onednn):
 
 
 @pytest.mark.parametrize(
-    ("cap", "fast"),
+    ("capability", "tiles", "cap", "fast"),
     [
-        (None, True),
-        ("ALL", True),
-        ("avx512_core_amx", True),
-        ("AVX2", False),  # the AVX2 emulation of CI's second pass
-        ("AVX512_CORE_BF16", False),
+        ("AVX2", True, None, True),
+        ("AVX2", True, "ALL", True),
+        ("AVX2", True, "avx512_core_amx", True),
+        ("AVX2", True, "AVX2", False),  # the AVX2 emulation of CI's second pass
+        ("AVX2", True, "AVX512_CORE_BF16", False),
+        # torch dispatching AVX-512 while oneDNN, which runs the bf16 products, is capped at
+        # AVX2: bfloat16 would be emulated, so float32 (before: bfloat16)
+        ("AVX512", False, None, True),
+        ("AVX512", False, "AVX2", False),
+        ("AVX512", False, "AVX512_CORE", True),
     ],
 )
-def test_onednn_cap_hides_amx(cap, fast, monkeypatch, uncapped_onednn):
-    """AMX tiles with a capped dispatch are fast only if oneDNN may still use them."""
-    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+def test_onednn_cap_hides_native_bf16(capability, tiles, cap, fast, monkeypatch, uncapped_onednn):
+    """bfloat16 is fast only where oneDNN may still use AMX tiles or AVX-512."""
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: tiles, raising=False)
     if cap is not None:
         monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
     assert cpu_has_fast_bf16() is fast
@@ -79,20 +84,6 @@ def test_attention_amx_rule_follows_a_cap_below_avx512(cap, amx, monkeypatch, un
         monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
     assert cpu_attention_has_amx(torch.bfloat16) is amx
     assert cpu_attention_has_amx(torch.float16) is amx
-
-
-@pytest.mark.parametrize(("cap", "fast"), [(None, True), ("AVX2", False), ("AVX512_CORE", True)])
-def test_onednn_capped_below_avx512_keeps_float32_under_avx512_dispatch(
-    cap, fast, monkeypatch, uncapped_onednn
-):
-    """torch dispatching AVX-512 while oneDNN, which runs the bf16 products, is capped at AVX2:
-    bfloat16 would be emulated, so ``auto`` keeps float32 (before: bfloat16)."""
-    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
-    if cap is not None:
-        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
-    assert cpu_has_fast_bf16() is fast
-    assert fast_inference_dtype("cpu") == (torch.bfloat16 if fast else torch.float32)
 
 
 @pytest.mark.parametrize(
