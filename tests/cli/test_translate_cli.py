@@ -531,9 +531,10 @@ def test_evaluate_file_errors(model_dir, tmp_path, capsys, src, ref, message):
     ("capability", "dtype"), [("AVX2", torch.float32), ("AVX512", torch.bfloat16)]
 )
 def test_dtype_auto_is_bfloat16_only_where_native(
-    model_dir, capability, dtype, monkeypatch, capsys
+    model_dir, capability, dtype, monkeypatch, capsys, uncapped_onednn
 ):
-    """--dtype auto (the default) loads the model in the dtype the CPU computes fastest."""
+    """--dtype auto (the default) loads the model in the dtype the CPU computes fastest (the
+    processor's rule set here, whatever ONEDNN_MAX_CPU_ISA the run has)."""
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
     seen = []
