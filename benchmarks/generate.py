@@ -132,11 +132,13 @@ def left_padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
-def attnkit_side(gpt, prompts, new_tokens: int, mode: str, use_cache: bool = True):
+def attnkit_side(
+    gpt, prompts, new_tokens: int, mode: str, use_cache: bool = True, compile: bool = False
+):
     """A function: () -> the new tokens of every row."""
     sampling = dict(temperature=1.0, top_p=TOP_P, seed=0) if mode == "top-p" else {}
     config = GenerationConfig(
-        max_new_tokens=new_tokens, eos_ids=(), use_cache=use_cache, **sampling
+        max_new_tokens=new_tokens, eos_ids=(), use_cache=use_cache, compile=compile, **sampling
     )
     return lambda: generate(gpt, prompts, config).tokens
 

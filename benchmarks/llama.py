@@ -32,11 +32,14 @@ take turns (the first side rotating), so that load from other processes slows ev
 alike. Printed: medians of each side and the median over rounds of the per-round ratio (wall
 clock) and of the ratio of CPU seconds per token (steadier on a loaded machine). One thread by
 default (``--threads``). ``--profile`` adds a torch.profiler table of one batch-1 call per side
-(where the time goes).
+(where the time goes). ``--compile`` adds a third side to part 2, attnkit with its one-token
+steps compiled (``GenerationConfig(compile=True)``, ``attnkit.generation.compiled``), in a row
+of its own against the same Hugging Face rounds; its warm-up call compiles.
 
     python benchmarks/llama.py                       # both parts (about 15 minutes)
     python benchmarks/llama.py --part gqa --dtypes float32
     python benchmarks/llama.py --part hf --dtypes bfloat16 --batches 1 --rounds 1 --profile
+    python benchmarks/llama.py --part hf --compile --rounds 5
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ VOCAB = 32000
 GQA_CACHE_TARGET = 1 / 3  # GQA's cache bytes over MHA's, at most
 GQA_SPEED_TARGET = 1.0  # GQA's decoding tokens/s over MHA's, at least
 HF_TARGET = 1.5  # attnkit's tokens/s over Hugging Face's
+COMPILED = "attnkit compiled"  # part 2's side with --compile
 CONTEXT = 4096
 HF_SHAPE = dict(
     hidden_size=512,
@@ -214,16 +218,22 @@ def compare_hf(args, folder: str) -> list[str]:
                 "attnkit": attnkit_side(gpt, prompts, 8, "greedy"),
                 "hf": hf_side(hf, prompts, 8, "greedy"),
             }
+            if args.compile:  # warmed up over the whole length: its graphs are made then
+                sides[COMPILED] = warm[COMPILED] = attnkit_side(
+                    gpt, prompts, args.new_tokens, "greedy", compile=True
+                )
             res = time_sides(sides, warm, args.rounds)
-            ours, theirs, wall, cpu = summary(res, "attnkit", "hf")
-            same = same_tokens(res["attnkit"][0][3], res["hf"][0][3])
-            if dtype_name == "float32" and same != "yes":
-                failures.append(f"float32 batch {batch}: tokens differ from Hugging Face's")
-            print(
-                f"| {dtype_name} | {batch} | {ours:.1f} | {theirs:.1f} | {wall:.2f}x | "
-                f"{cpu:.2f}x | {verdict(wall, HF_TARGET)} | {same} |",
-                flush=True,
-            )
+            for name in [s for s in sides if s != "hf"]:
+                ours, theirs, wall, cpu = summary(res, name, "hf")
+                same = same_tokens(res[name][0][3], res["hf"][0][3])
+                if dtype_name == "float32" and same != "yes":
+                    failures.append(f"{name}, float32 batch {batch}: tokens differ from HF's")
+                label = dtype_name if name == "attnkit" else f"{dtype_name}, {name}"
+                print(
+                    f"| {label} | {batch} | {ours:.1f} | {theirs:.1f} | {wall:.2f}x | "
+                    f"{cpu:.2f}x | {verdict(wall, HF_TARGET)} | {same} |",
+                    flush=True,
+                )
             if args.profile and batch == 1:
                 profile(sides, f"{dtype_name}, batch 1")
         del hf, gpt
@@ -252,6 +262,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="timed calls per side and setting")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     parser.add_argument("--profile", action="store_true", help="part 2: profile batch 1")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="part 2: also attnkit with GenerationConfig(compile=True) (its first call, in the "
+        "warm-up, compiles for 20-80 s)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()

@@ -303,6 +303,21 @@ READABLE, SHORT, STEP, FUSED = "readable", "short", "step", "fused"
 AMX_FUSED_MAX_ROWS = 512
 
 
+@torch.compiler.assume_constant_result
+def _attention_has_amx(dtype: torch.dtype) -> bool:
+    """:func:`~attnkit.hardware.cpu_attention_has_amx`, taken as a constant where
+    ``torch.compile`` traces a call (its checks call functions that dynamo does not trace): a
+    compiled step keeps the path chosen when it was compiled."""
+    return cpu_attention_has_amx(dtype)
+
+
+@torch.compiler.assume_constant_result
+def _gemv_is_generic() -> bool:
+    """:func:`~attnkit.hardware.mkl_gemv_is_generic`, a constant where ``torch.compile``
+    traces a call (as :func:`_attention_has_amx`)."""
+    return mkl_gemv_is_generic()
+
+
 def _select_backend(
     query: Tensor,
     key: Tensor,
@@ -360,7 +375,7 @@ def _select_backend(
         return SHORT
     if half and dropout == 0.0:
         few = query.shape[-2] == 1 or query.numel() <= AMX_FUSED_MAX_ROWS * query.shape[-1]
-        if not (few and cpu_attention_has_amx(query.dtype)):
+        if not (few and _attention_has_amx(query.dtype)):
             return SHORT
     if (
         query.dtype == torch.float32
@@ -368,7 +383,7 @@ def _select_backend(
         and _position_major(key)
         and _position_major(value)
         and dropout == 0.0
-        and mkl_gemv_is_generic()
+        and _gemv_is_generic()
     ):
         return STEP
     return FUSED
@@ -466,7 +481,9 @@ def _prepare_mask(
     allowed = mask if is_bool else mask != float("-inf")
     seen = allowed.any(dim=-1, keepdim=True)  # (..., T_q, 1): rows with an allowed key
     empty = None
-    if not seen.is_meta and not bool(seen.all()):  # meta: no data, only the output's shape
+    # meta: no data, only the output's shape. While torch.compile traces, the rows are filled
+    # and zeroed whether or not one is empty (the same values, no branch on the data).
+    if torch.compiler.is_compiling() or (not seen.is_meta and not bool(seen.all())):
         empty = ~seen
         mask = mask.masked_fill(empty, True if is_bool else 0.0)
     if backend == SHORT and is_bool:
@@ -551,7 +568,9 @@ def scaled_dot_product_attention(
             out = one_query_attention(query, key, value, prepared.mask, scale)  # (..., 1, d_v)
         else:
             out = _fused(query, key, value, prepared, dropout=dropout, scale=scale, groups=groups)
-        if _fast_result_trusted(out, backend):
+        # A compiled step (attnkit.generation.compiled) takes the fast result as it is: the
+        # check reads the output back (a branch on the data, which a graph cannot hold).
+        if torch.compiler.is_compiling() or _fast_result_trusted(out, backend):
             return out if prepared.empty is None else out.masked_fill(prepared.empty, 0.0)
         prepared = _prepare_mask(mask, backend=READABLE, dtype=query.dtype, **shapes)
     if groups > 1:
@@ -592,7 +611,7 @@ def _fused(
         dtype in (torch.bfloat16, torch.float16)
         and query.device.type == "cpu"
         and query.shape[-2] == 1
-        and not cpu_attention_has_amx(dtype)
+        and not _attention_has_amx(dtype)
         and not (torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)))
     )
     if widen:

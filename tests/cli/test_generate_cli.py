@@ -59,6 +59,17 @@ def test_stdin_json_with_ids_and_logprobs(model_dir, gpt, monkeypatch, capsys):
         assert all(lp <= 0 for lp in record["logprobs"])
 
 
+def test_compile_writes_the_same_json(model_dir, gpt, capsys):
+    # Compiled steps, float32: the ids of eager generation and log-probabilities within 1e-5.
+    argv = ["generate", "--model", str(model_dir), "--json", "--compile", "--max-new-tokens",
+            "10", PROMPTS[2]]  # fmt: skip
+    assert main(argv) == 0
+    (record,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    (result,) = _expected(gpt, PROMPTS[2:], max_new_tokens=10, logprobs=True)
+    assert record["token_ids"] == result.tokens and record["text"] == result.text
+    assert record["logprobs"] == pytest.approx(result.logprobs, abs=1e-5)
+
+
 def test_stream_writes_the_same_text(model_dir, gpt, capsys):
     argv = ["generate", "--model", str(model_dir), PROMPTS[1], "--stream", "--max-new-tokens", "20",
             "--top-k", "10", "--seed", "1"]  # fmt: skip

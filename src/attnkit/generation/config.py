@@ -27,6 +27,10 @@ class GenerationConfig:
     CTranslate2 (``return_log_prob``): each step then skips a log-softmax over the whole
     vocabulary (docs/benchmarks.md: 0.41-0.55 ms of a 12.7 ms step at 8 rows of GPT-2's 50,257
     ids on an AVX2 CPU). ``attnkit generate --json`` turns it on.
+
+    ``compile`` runs the one-token steps through ``torch.compile`` (a C++ compiler is needed on
+    a CPU, and the first call compiles for 20-45 s): faster steps for long generation with
+    fixed weights (:mod:`~attnkit.generation.compiled`; docs/benchmarks.md).
     """
 
     max_new_tokens: int = 64  # tokens to generate per prompt (fewer if a row stops early)
@@ -39,6 +43,7 @@ class GenerationConfig:
     seed: int | None = None  # the sampler's seed, 0 to 2**64 - 1; None = not reproducible
     use_cache: bool = True  # False: recompute the whole prefix at every step (reference path)
     logprobs: bool = False  # also return each new id's log-probability (one log-softmax a step)
+    compile: bool = False  # run the one-token steps through torch.compile (generation/compiled.py)
 
     def __post_init__(self) -> None:
         if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
@@ -78,6 +83,12 @@ class GenerationConfig:
         check_seed(self.seed)
         if not isinstance(self.logprobs, bool):
             raise TypeError(f"logprobs: expected True or False, got {self.logprobs!r}")
+        if not isinstance(self.compile, bool):
+            raise TypeError(f"compile: expected True or False, got {self.compile!r}")
+        if self.compile and not self.use_cache:
+            raise ValueError(
+                "compile=True compiles the steps that read the cache; it needs use_cache=True"
+            )
 
     @property
     def greedy(self) -> bool:

@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 
 from attnkit.generation import screen
+from attnkit.generation.compiled import check_compilable, compiled_steps
 from attnkit.generation.config import GenerationConfig, resolve_config
 from attnkit.generation.logits import process_logits, seen_tokens
 from attnkit.generation.packed import packed_linears
@@ -303,6 +304,8 @@ def generate_steps(
     ids, mask = pad_prompts(prompts, device=device)  # (B, T) each
     _check_length(model, mask, config)
     eos = set(resolve_eos(model, config))
+    if config.compile:
+        check_compilable(model, device)
     return _eval_steps(model, ids, mask, config, eos, stop)
 
 
@@ -323,7 +326,12 @@ def _eval_steps(
     device_type = ids.device.type
     known = torch.amp.is_autocast_available(device_type)
     try:
-        with packed_linears(model), closing(_steps(model, ids, mask, config, eos, stop)) as steps:
+        compiling = compiled_steps(model) if config.compile else nullcontext()
+        with (
+            packed_linears(model),
+            compiling,
+            closing(_steps(model, ids, mask, config, eos, stop)) as steps,
+        ):
             while True:
                 on = known and torch.is_autocast_enabled(device_type)  # asked at every step
                 with torch.autocast(device_type, enabled=False) if on else nullcontext():

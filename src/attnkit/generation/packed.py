@@ -489,7 +489,10 @@ def _product(
         return F.relu(out) if relu else out
     if int8:
         return _int8_product(x, packed, relu)
-    if _MKL_GENERIC and x.dtype == torch.float32 and x.numel() == x.shape[-1]:
+    # While torch.compile traces a step (attnkit.generation.compiled), one row takes the packed
+    # weight as several do: the copies below are made and counted in Python, outside a graph.
+    compiling = torch.compiler.is_compiling()
+    if _MKL_GENERIC and x.dtype == torch.float32 and x.numel() == x.shape[-1] and not compiling:
         row = x.reshape(1, x.shape[-1])  # (1, in)
         wt, wt_array = _row_major(packed, weight)  # (in, out)
         if openblas and blas.takes(weight):
@@ -501,14 +504,37 @@ def _product(
     # oneDNN applies the ReLU to the float accumulators before rounding to the output dtype,
     # the same values as rounding first (ReLU keeps the sign), in one pass fewer.
     attr = "relu" if relu else "none"
+    run = _packed_product if compiling else _onednn_product
     if packed.dtype != x.dtype:  # bfloat16 computed in float32 (_bf16_in_float32)
-        if x.numel() == x.shape[-1]:  # one row: half the bytes of float32 (_one_bf16_row)
+        if x.numel() == x.shape[-1] and not compiling:  # one row: half the bytes (_one_bf16_row)
             out = _one_bf16_row(x, weight, bias, packed)
             return F.relu(out) if relu else out
         wide = None if bias is None else bias.float()
-        out = torch.ops.mkldnn._linear_pointwise(x.float(), packed, wide, attr, [], "")
-        return out.to(x.dtype)  # (..., out)
-    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, attr, [], "")  # (..., out)
+        return run(x.float(), packed, wide, attr).to(x.dtype)  # (..., out)
+    return run(x, packed, bias, attr)  # (..., out)
+
+
+def _onednn_product(x: Tensor, packed: Tensor, bias: Tensor | None, attr: str) -> Tensor:
+    """x (..., in) times the oneDNN-packed weight (out, in), plus bias, then ``attr`` ("relu"
+    or "none"): (..., out)."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, attr, [], "")
+
+
+# :func:`_onednn_product` as one operator of its own for torch.compile
+# (:mod:`attnkit.generation.compiled`): TorchInductor lowers oneDNN's product only on weights it
+# packed itself (frozen graph constants), and a packed weight here is a graph input. Defined
+# with torch.library's low-level API, whose dispatch costs about 3 us a call where a
+# ``torch.library.custom_op`` costs about 26 (measured on the Xeon; 33 calls a Llama step).
+_LIB = torch.library.Library("attnkit", "FRAGMENT")
+_LIB.define("packed_product(Tensor x, Tensor packed, Tensor? bias, str attr) -> Tensor")
+for _key_name in ("CPU", "MkldnnCPU"):  # the packed weight is a oneDNN tensor
+    _LIB.impl("packed_product", _onednn_product, _key_name)
+_packed_product = torch.ops.attnkit.packed_product.default
+
+
+@torch.library.register_fake("attnkit::packed_product")
+def _(x: Tensor, packed: Tensor, bias: Tensor | None, attr: str) -> Tensor:
+    return x.new_empty((*x.shape[:-1], packed.shape[0]))  # (..., out)
 
 
 @contextmanager

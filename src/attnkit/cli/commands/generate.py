@@ -130,6 +130,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--device", default=None, help="cpu, cuda, ... (default: cuda if available)"
     )
     parser.add_argument("--threads", type=threads, default=None, help="CPU threads for torch")
+    parser.add_argument(
+        "--compile", action="store_true",
+        help="run the decoding steps through torch.compile: faster steps (1.3-1.4x on a Llama "
+        "shape, docs/benchmarks.md) after a first call that compiles for 20-80 s (a C++ "
+        "compiler is needed on a CPU); worth it for long outputs",
+    )  # fmt: skip
 
 
 def build_config(args: argparse.Namespace, context_length: int):
@@ -165,6 +171,7 @@ def build_config(args: argparse.Namespace, context_length: int):
         stop_strings=tuple(args.stop),
         seed=args.seed,
         logprobs=args.json,  # only --json writes them
+        compile=args.compile,
     )
 
 
