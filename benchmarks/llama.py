@@ -266,7 +266,7 @@ def main() -> None:
         "--compile",
         action="store_true",
         help="part 2: also attnkit with GenerationConfig(compile=True) (its first call, in the "
-        "warm-up, compiles for 20-80 s)",
+        "warm-up, compiles for 16-80 s)",
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

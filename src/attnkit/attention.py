@@ -481,9 +481,9 @@ def _prepare_mask(
     allowed = mask if is_bool else mask != float("-inf")
     seen = allowed.any(dim=-1, keepdim=True)  # (..., T_q, 1): rows with an allowed key
     empty = None
-    # meta: no data, only the output's shape. While torch.compile traces, the rows are filled
-    # and zeroed whether or not one is empty (the same values, no branch on the data).
-    if torch.compiler.is_compiling() or (not seen.is_meta and not bool(seen.all())):
+    # meta: no data, only the output's shape. While dynamo traces (torch.compile), the rows
+    # are filled and zeroed whether or not one is empty (the same values, no branch on data).
+    if torch.compiler.is_dynamo_compiling() or (not seen.is_meta and not bool(seen.all())):
         empty = ~seen
         mask = mask.masked_fill(empty, True if is_bool else 0.0)
     if backend == SHORT and is_bool:
@@ -568,9 +568,10 @@ def scaled_dot_product_attention(
             out = one_query_attention(query, key, value, prepared.mask, scale)  # (..., 1, d_v)
         else:
             out = _fused(query, key, value, prepared, dropout=dropout, scale=scale, groups=groups)
-        # A compiled step (attnkit.generation.compiled) takes the fast result as it is: the
-        # check reads the output back (a branch on the data, which a graph cannot hold).
-        if torch.compiler.is_compiling() or _fast_result_trusted(out, backend):
+        # While dynamo traces (a compiled decoding step, attnkit.generation.compiled, or
+        # training with compile=True) the fast result is taken as it is: the check reads the
+        # output back, a branch on the data that a graph cannot hold.
+        if torch.compiler.is_dynamo_compiling() or _fast_result_trusted(out, backend):
             return out if prepared.empty is None else out.masked_fill(prepared.empty, 0.0)
         prepared = _prepare_mask(mask, backend=READABLE, dtype=query.dtype, **shapes)
     if groups > 1:

@@ -1,11 +1,14 @@
 """Generation with the one-token steps compiled (``GenerationConfig(compile=True)``): the same
-tokens as Hugging Face's ``generate`` and as eager steps, a new graph when the weights change,
-and clear errors where compiling cannot run."""
+tokens as Hugging Face's ``generate`` and as eager steps, graphs that really ran (no graph
+break), weights changed in place that are seen, a compiled generation beside an eager one, and
+clear errors where compiling cannot run."""
 
-import shutil
+import gc
+import weakref
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 from attnkit.generation import GenerationConfig, generate, generate_steps
 from attnkit.generation import compiled as compiled_module
@@ -45,7 +48,6 @@ def test_compiled_greedy_equals_hugging_face(pair):
     ours = generate(gpt, PROMPTS, GenerationConfig(max_new_tokens=24, eos_ids=(), compile=True))
     for prompt, tokens in zip(PROMPTS, ours.tokens, strict=True):
         assert tokens == _hf_greedy(hf, prompt, 24)
-    assert "_run" not in vars(gpt)  # the class's forward pass again after the call
 
 
 @pytest.mark.parametrize("options", [{}, {"window": 4}], ids=["gqa", "gqa-window-4"])
@@ -56,7 +58,10 @@ def test_compiled_llama_equals_eager(options):
     model = _llama(**options)
     config = GenerationConfig(max_new_tokens=40, eos_ids=(), logprobs=True)
     eager = generate(model, PROMPTS, config)
+    counters.clear()
     fast = generate(model, PROMPTS, GenerationConfig(**{**vars(config), "compile": True}))
+    assert counters["stats"]["unique_graphs"] >= 1  # the steps ran compiled ...
+    assert not counters["graph_break"], dict(counters["graph_break"])  # ... in whole graphs
     assert fast.tokens == eager.tokens
     for ours, ref in zip(fast.logprobs, eager.logprobs, strict=True):
         torch.testing.assert_close(torch.tensor(ours), torch.tensor(ref), rtol=0, atol=1e-5)
@@ -70,22 +75,60 @@ def test_compiled_sampling_equals_eager():
     assert fast.tokens == eager.tokens
 
 
-def test_compiled_steps_follow_changed_weights():
-    # The graphs hold the weights as constants: a weight changed in place (its version
-    # counter moves) must give a new graph, not the old weights' tokens.
+def test_one_token_prompt_past_the_short_kernel_limit_equals_eager():
+    # One row, a one-token prompt (its prefill stays eager) and 110 new tokens: the keys grow
+    # past attention's SHORT_KEYS_MAX (96), where the step's path and graph change.
+    model = _llama()
+    config = GenerationConfig(max_new_tokens=110, eos_ids=(), logprobs=True)
+    eager = generate(model, [[5]], config)
+    fast = generate(model, [[5]], GenerationConfig(**{**vars(config), "compile": True}))
+    assert fast.tokens == eager.tokens
+    torch.testing.assert_close(
+        torch.tensor(fast.logprobs[0]), torch.tensor(eager.logprobs[0]), rtol=0, atol=1e-5
+    )
+
+
+def test_compiled_steps_read_weights_changed_in_place():
+    # The graphs take the weights as inputs: weights inside the compiled layers (a norm, a
+    # gated layer's product) changed in place between two calls are the ones used.
     model = _llama()
     config = GenerationConfig(max_new_tokens=20, eos_ids=(), logprobs=True)
     fast = GenerationConfig(**{**vars(config), "compile": True})
     before = generate(model, PROMPTS[:2], fast)
     with torch.no_grad():
-        model.blocks.layers[1].ffn.linear2.weight.mul_(-3.0)
-        model.lm_head.weight[5:9].mul_(4.0)
+        model.blocks.layers[1].attn_block.norm.weight.mul_(-2.5)
+        model.blocks.layers[0].ffn.linear2.weight.mul_(3.0)
     eager = generate(model, PROMPTS[:2], config)
     after = generate(model, PROMPTS[:2], fast)
     assert eager.logprobs != before.logprobs  # the change matters
     assert after.tokens == eager.tokens
     for ours, ref in zip(after.logprobs, eager.logprobs, strict=True):
         torch.testing.assert_close(torch.tensor(ours), torch.tensor(ref), rtol=0, atol=1e-5)
+
+
+def test_a_compiled_generation_beside_an_eager_one_on_the_same_model():
+    # The compiled step belongs to the cache of the generation that asked for it: steps of
+    # both generators taken in turns give each its own result.
+    model = _llama()
+    config = GenerationConfig(max_new_tokens=12, eos_ids=())
+    alone = generate(model, PROMPTS[:2], config).tokens
+    fast = generate_steps(model, PROMPTS[:2], GenerationConfig(**{**vars(config), "compile": True}))
+    slow = generate_steps(model, PROMPTS[:2], config)
+    got = {"fast": [[], []], "slow": [[], []]}
+    for a, b in zip(fast, slow, strict=True):
+        for name, step in (("fast", a), ("slow", b)):
+            for row, tok in zip(step.rows, step.tokens, strict=True):
+                got[name][row].append(tok)
+    assert got["fast"] == alone and got["slow"] == alone
+
+
+def test_a_compiled_model_is_freed():
+    model = _llama()
+    generate(model, PROMPTS[:1], GenerationConfig(max_new_tokens=4, compile=True))
+    ref = weakref.ref(model)
+    del model
+    gc.collect()
+    assert ref() is None
 
 
 def test_compile_setting_is_checked():
@@ -96,11 +139,12 @@ def test_compile_setting_is_checked():
 
 
 def test_compile_without_a_cpp_compiler_is_refused_by_name(monkeypatch):
-    model = _llama()
-    monkeypatch.setattr(shutil, "which", lambda name: None)
-    with pytest.raises(RuntimeError, match=r"C\+\+ compiler.*g\+\+"):
-        generate_steps(model, PROMPTS, GenerationConfig(max_new_tokens=2, compile=True))
-    assert "_run" not in vars(model)
+    def missing():
+        raise RuntimeError("no working C++ compiler found in ('g++',)")
+
+    monkeypatch.setattr(compiled_module, "_cpp_compiler", missing)
+    with pytest.raises(RuntimeError, match=r"compile: TorchInductor needs a C\+\+ compiler.*g\+\+"):
+        generate_steps(_llama(), PROMPTS, GenerationConfig(max_new_tokens=2, compile=True))
 
 
 def test_compile_of_a_model_without_gpt_layers_is_refused():

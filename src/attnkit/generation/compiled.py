@@ -8,22 +8,29 @@ step takes 19.5 ms (docs/benchmarks.md, "A compiled decoding step"). TorchInduct
 element-wise ones into generated C++ loops and runs the rest from one graph, with the same
 weight products.
 
-:func:`compiled_steps` (which :func:`~attnkit.generation.generate` enters for
-``GenerationConfig(compile=True)``) compiles the model's layer stack (``GPT._run``, the code
-every call runs) for the steps that feed one new token per row to a cache; the prompt's
-prefill, the checks of ``GPT.forward``, the output layer and the token choice stay eager. The
-graphs are made with dynamic shapes: one graph for any batch size and cache length, and a few
-more where attention changes path (e.g. beyond :data:`~attnkit.attention.SHORT_KEYS_MAX` keys).
-The weights are inputs of the graphs, not constants: a weight changed between calls is read
-as it is now. The oneDNN-packed weights of :mod:`~attnkit.generation.packed` (what makes a
+:func:`compiled_step` compiles the model's layer stack (``GPT._run``, the code every call
+runs); :func:`~attnkit.generation.generate` with ``GenerationConfig(compile=True)`` hands it
+to the cache it makes (``GPTCache.step``), and ``GPT.forward`` takes it for the steps that
+feed one new token per row to a cache that holds the prompt. The prompt's prefill, the checks
+of ``GPT.forward``, the output layer and the token choice stay eager, and so does every call
+with another cache (another generation, another thread). The graphs are made with dynamic
+shapes, so that the cache's growing length does not make new ones; a shape that changes a
+branch does, each once: one row or several, up to or beyond
+:data:`~attnkit.attention.SHORT_KEYS_MAX` keys, a padding mask or none, a sliding window's
+ring full or not. Dynamo keeps at most ``torch._dynamo.config.recompile_limit`` (8) graphs a
+model; steps of a further kind run eagerly. The weights are inputs of the graphs, not
+constants: a weight changed between calls is read as it is now (packed weights are remade
+when a weight's version counter moves, as in eager steps: a write through ``.data`` is not
+seen). The oneDNN-packed weights of :mod:`~attnkit.generation.packed` (what makes a
 step's products fast on a CPU) enter through an operator of attnkit's own
 (``torch.ops.attnkit.packed_product``), which Inductor calls as it is, as it calls the
 attention kernels; the element-wise work between them is what it fuses.
 
 Costs and limits:
 
-* The first call compiles: 20-45 s for the Llama shape on the Xeon, more with more layers, and
-  a CPU needs a C++ compiler (``g++`` or ``clang++``; :func:`check_compilable`). Inductor keeps
+* The first call compiles: 16-80 s for the Llama shape on the Xeon (more with a padding mask
+  and with more layers), and a CPU needs the C++ compiler TorchInductor uses (``g++``, or
+  ``$CXX``; :func:`check_compilable`). Inductor keeps
   what it built in its cache directory (``TORCHINDUCTOR_CACHE_DIR``), which later processes
   reuse. It pays for long generation, not for a few tokens.
 * The fused kernels add in another order: float32 results agree with eager ones to float
@@ -32,33 +39,41 @@ Costs and limits:
 * Attention takes the fused kernels' result as it is: eager mode checks it for NaN or inf
   inputs and computes such calls again on the readable path (:mod:`attnkit.attention`); a
   compiled step does not read its results back, so non-finite hidden states propagate as the
-  fused kernel has them.
-* The hardware rules of :mod:`attnkit.hardware` that pick attention paths are read when the
+  fused kernel has them (torch's CPU kernel can turn a row of NaN scores into zeros).
+* Measured on the Intel Xeon with AMX only (docs/benchmarks.md): there the one-row products
+  take the same packed weights as in eager steps. On other CPUs a compiled step gives up two
+  eager one-row paths that are made in Python (the float16 copies of bfloat16 weights on an
+  AVX2 CPU, MKL's row-major copies on AMD), so it can be slower than an eager one there.
+* The hardware rules of :mod:`attnkit.hardware` that pick attention paths are read when a
   graph is made.
 """
 
 from __future__ import annotations
 
-import shutil
 import threading
 import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
-__all__ = ["check_compilable", "compiled_steps"]
+__all__ = ["check_compilable", "compiled_step"]
 
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> compiled step
 _LOCK = threading.Lock()
-_CXX = ("c++", "g++", "clang++")
+
+
+def _cpp_compiler() -> str:
+    """The C++ compiler TorchInductor builds CPU kernels with (it raises where none is found)."""
+    from torch._inductor.cpp_builder import get_cpp_compiler
+
+    return get_cpp_compiler()
 
 
 def check_compilable(model: nn.Module, device: torch.device) -> None:
     """Raise a clear error where ``torch.compile`` cannot build ``model``'s step: a model that
     is not an attnkit :class:`~attnkit.models.GPT` (no ``_run``), a Python that dynamo does
-    not support, or, on a CPU, no C++ compiler on PATH for TorchInductor's kernels."""
+    not support, on a CPU no C++ compiler that TorchInductor finds, on a GPU no Triton."""
     if not callable(getattr(type(model), "_run", None)):
         raise TypeError(
             f"compile: compiles the layers of an attnkit GPT; got a {type(model).__name__}, "
@@ -69,12 +84,23 @@ def check_compilable(model: nn.Module, device: torch.device) -> None:
             "compile: torch.compile does not support this Python version; generate without "
             "compile=True"
         )
-    if device.type == "cpu" and not any(shutil.which(name) for name in _CXX):
-        raise RuntimeError(
-            "compile: TorchInductor needs a C++ compiler to build CPU kernels and none was "
-            f"found on PATH ({', '.join(_CXX)}); install one (Debian: apt-get install g++) or "
-            "generate without compile=True"
-        )
+    if device.type == "cpu":
+        try:
+            _cpp_compiler()
+        except Exception as err:  # InvalidCxxCompiler and the like: named below
+            raise RuntimeError(
+                "compile: TorchInductor needs a C++ compiler to build CPU kernels and found "
+                f"none ({err}); install g++ (Debian: apt-get install g++) or set CXX, or "
+                "generate without compile=True"
+            ) from err
+    elif device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            raise RuntimeError(
+                "compile: TorchInductor needs Triton for GPU kernels (pip install triton), or "
+                "generate without compile=True"
+            )
 
 
 def _new_step() -> Callable:
@@ -89,38 +115,16 @@ def _new_step() -> Callable:
     return step
 
 
-def _compiled(model: nn.Module) -> Callable:
-    """The compiled step of ``model``, made at its first use (graphs are built at the calls)."""
-    with _LOCK:
-        step = _COMPILED.get(model)
-        if step is None:
-            step = _COMPILED[model] = torch.compile(_new_step(), dynamic=True)
-    return step
-
-
-@contextmanager
-def compiled_steps(model: nn.Module) -> Iterator[None]:
-    """Within the block, ``model``'s one-token steps on a cache run compiled (module docstring);
-    other calls (prompts, no cache, attention weights asked for, gradients) run eagerly.
-
-    ``model`` is a :class:`~attnkit.models.GPT` (its ``_run``: the forward pass on checked
-    inputs). Enter it inside :func:`~attnkit.generation.packed.packed_linears` so that the
-    packed weights become the graph's constants.
+def compiled_step(model: nn.Module) -> Callable:
+    """``model``'s compiled step (module docstring), made once per model (its graphs are built
+    at the calls, and die with the model). Set it as a cache's ``step`` to use it.
 
     Raises:
         TypeError, RuntimeError: where compiling is not available (:func:`check_compilable`).
     """
     check_compilable(model, next(model.parameters()).device)
-    step = _compiled(model)
-    eager = model._run
-
-    def run(ids, positions, mask, cache, return_weights, project):
-        if cache is None or ids.shape[1] != 1 or return_weights or torch.is_grad_enabled():
-            return eager(ids, positions, mask, cache, return_weights, project)
-        return step(eager, ids, positions, mask, cache, return_weights, project)
-
-    model._run = run
-    try:
-        yield
-    finally:
-        del model._run  # the class's method again
+    with _LOCK:
+        step = _COMPILED.get(model)
+        if step is None:
+            step = _COMPILED[model] = torch.compile(_new_step(), dynamic=True)
+    return step

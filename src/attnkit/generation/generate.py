@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from attnkit.generation import screen
-from attnkit.generation.compiled import check_compilable, compiled_steps
+from attnkit.generation.compiled import check_compilable, compiled_step
 from attnkit.generation.config import GenerationConfig, resolve_config
 from attnkit.generation.logits import process_logits, seen_tokens
 from attnkit.generation.packed import packed_linears
@@ -326,12 +326,7 @@ def _eval_steps(
     device_type = ids.device.type
     known = torch.amp.is_autocast_available(device_type)
     try:
-        compiling = compiled_steps(model) if config.compile else nullcontext()
-        with (
-            packed_linears(model),
-            compiling,
-            closing(_steps(model, ids, mask, config, eos, stop)) as steps,
-        ):
+        with packed_linears(model), closing(_steps(model, ids, mask, config, eos, stop)) as steps:
             while True:
                 on = known and torch.is_autocast_enabled(device_type)  # asked at every step
                 with torch.autocast(device_type, enabled=False) if on else nullcontext():
@@ -376,6 +371,8 @@ def _steps(
     # Every slot the model reads: the prompts' and the new tokens' but the last, never fed back.
     slots = positions_read(t, n_new)
     cache = model.init_cache(b, slots) if config.use_cache else None
+    if config.compile:  # the one-token steps on this cache run compiled
+        cache.step = compiled_step(model)
     if cache is None:  # the recomputed prefix, grown in place: (B, slots)
         ids = torch.cat([ids, ids.new_zeros(b, slots - t)], dim=1)
         mask = torch.cat([mask, mask.new_ones(b, slots - t)], dim=1)

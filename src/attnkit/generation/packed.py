@@ -491,7 +491,7 @@ def _product(
         return _int8_product(x, packed, relu)
     # While torch.compile traces a step (attnkit.generation.compiled), one row takes the packed
     # weight as several do: the copies below are made and counted in Python, outside a graph.
-    compiling = torch.compiler.is_compiling()
+    compiling = torch.compiler.is_dynamo_compiling()
     if _MKL_GENERIC and x.dtype == torch.float32 and x.numel() == x.shape[-1] and not compiling:
         row = x.reshape(1, x.shape[-1])  # (1, in)
         wt, wt_array = _row_major(packed, weight)  # (in, out)

@@ -28,6 +28,7 @@ where each row is.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -220,6 +221,10 @@ class GPTCache:
 
     layers: list[KVCache]  # one self-attention cache per block
     padding: PaddingCache  # which slots are padding; each row's next position
+    # The layers compiled for one-token steps (attnkit.generation.compiled), or None: called as
+    # step(run, ids, positions, mask, cache, return_weights, project) with run = GPT._run.
+    # Held by the cache, so it serves only the generation that made the cache.
+    step: Callable | None = None
 
     @property
     def length(self) -> int:
@@ -400,11 +405,21 @@ class GPT(nn.Module):
             return self._run(ids, positions, mask, None, return_weights, project)
         positions = cache.padding.positions(keep, t)  # (B, T)
         self._check_positions(positions, keep)
+        # A compiled step serves one new token after the prompt, without weights or gradients.
+        compiled = (
+            cache.step is not None
+            and t == 1
+            and cache.length > 0
+            and not return_weights
+            and not torch.is_grad_enabled()
+        )
         # From here on the cache changes: if anything fails (an error in a layer, a hook, an
         # interrupt), it is put back as it was, so that a retry with it is correct.
         saved = cache._save(t)
         try:
             mask = cache.padding.update(keep, t)  # (B, 1, T_cached) or None
+            if compiled:
+                return cache.step(self._run, ids, positions, mask, cache, return_weights, project)
             return self._run(ids, positions, mask, cache, return_weights, project)
         except BaseException:
             cache._restore(saved)
