@@ -15,3 +15,11 @@ if ! command -v chromium >/dev/null 2>&1; then
     echo "setup: chromium not found; the HTML viewer browser test needs Debian's chromium" >&2
   fi
 fi
+# A C++ compiler for TorchInductor (GenerationConfig(compile=True) and its tests build kernels).
+if ! command -v "${CXX:-g++}" >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq >/dev/null && apt-get install -y -qq g++ >/dev/null
+  else
+    echo "setup: no C++ compiler (g++) found; generation with compile=True needs one" >&2
+  fi
+fi
