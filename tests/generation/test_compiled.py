@@ -12,8 +12,7 @@ from torch._dynamo.utils import counters
 
 from attnkit.generation import GenerationConfig, generate, generate_steps
 from attnkit.generation import compiled as compiled_module
-from attnkit.models import GPT, GPTConfig
-from tests.helpers.generation import load_pair
+from tests.helpers.generation import load_pair, tiny_llama_gpt
 
 # Left-padded in one batch: the compiled steps see a key mask and several rows.
 PROMPTS = [[1, 2, 3], [50, 60, 70, 80, 90, 96, 7], [42], [10, 20, 30, 40]]
@@ -22,15 +21,6 @@ PROMPTS = [[1, 2, 3], [50, 60, 70, 80, 90, 96, 7], [42], [10, 20, 30, 40]]
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     return load_pair(tmp_path_factory.mktemp("gpt2"))
-
-
-def _llama(**options) -> GPT:
-    torch.manual_seed(0)
-    config = GPTConfig.llama(
-        vocab_size=97, context_length=128, d_model=32, num_heads=4, num_kv_heads=2,
-        num_layers=2, d_ff=48, initializer_range=0.3, **options,
-    )  # fmt: skip
-    return GPT(config).eval()
 
 
 def _hf_greedy(hf, prompt, n):
@@ -55,7 +45,7 @@ def test_compiled_llama_equals_eager(options):
     # RMSNorm, rotary positions, grouped-query attention, SwiGLU; a window of 4 is overrun
     # many times in 40 tokens (the ring cache). Log-probabilities come from the logits, so
     # they show that every step's logits agree, not only the argmax.
-    model = _llama(**options)
+    model = tiny_llama_gpt(**options)
     config = GenerationConfig(max_new_tokens=40, eos_ids=(), logprobs=True)
     eager = generate(model, PROMPTS, config)
     counters.clear()
@@ -68,7 +58,7 @@ def test_compiled_llama_equals_eager(options):
 
 
 def test_compiled_sampling_equals_eager():
-    model = _llama()
+    model = tiny_llama_gpt()
     config = GenerationConfig(max_new_tokens=30, eos_ids=(), temperature=1.0, top_p=0.9, seed=3)
     eager = generate(model, PROMPTS[:2], config)
     fast = generate(model, PROMPTS[:2], GenerationConfig(**{**vars(config), "compile": True}))
@@ -78,7 +68,7 @@ def test_compiled_sampling_equals_eager():
 def test_one_token_prompt_past_the_short_kernel_limit_equals_eager():
     # One row, a one-token prompt (its prefill stays eager) and 110 new tokens: the keys grow
     # past attention's SHORT_KEYS_MAX (96), where the step's path and graph change.
-    model = _llama()
+    model = tiny_llama_gpt()
     config = GenerationConfig(max_new_tokens=110, eos_ids=(), logprobs=True)
     eager = generate(model, [[5]], config)
     fast = generate(model, [[5]], GenerationConfig(**{**vars(config), "compile": True}))
@@ -91,7 +81,7 @@ def test_one_token_prompt_past_the_short_kernel_limit_equals_eager():
 def test_compiled_steps_read_weights_changed_in_place():
     # The graphs take the weights as inputs: weights inside the compiled layers (a norm, a
     # gated layer's product) changed in place between two calls are the ones used.
-    model = _llama()
+    model = tiny_llama_gpt()
     config = GenerationConfig(max_new_tokens=20, eos_ids=(), logprobs=True)
     fast = GenerationConfig(**{**vars(config), "compile": True})
     before = generate(model, PROMPTS[:2], fast)
@@ -109,7 +99,7 @@ def test_compiled_steps_read_weights_changed_in_place():
 def test_a_compiled_generation_beside_an_eager_one_on_the_same_model():
     # The compiled step belongs to the cache of the generation that asked for it: steps of
     # both generators taken in turns give each its own result.
-    model = _llama()
+    model = tiny_llama_gpt()
     config = GenerationConfig(max_new_tokens=12, eos_ids=())
     alone = generate(model, PROMPTS[:2], config).tokens
     fast = generate_steps(model, PROMPTS[:2], GenerationConfig(**{**vars(config), "compile": True}))
@@ -123,7 +113,7 @@ def test_a_compiled_generation_beside_an_eager_one_on_the_same_model():
 
 
 def test_a_compiled_model_is_freed():
-    model = _llama()
+    model = tiny_llama_gpt()
     generate(model, PROMPTS[:1], GenerationConfig(max_new_tokens=4, compile=True))
     ref = weakref.ref(model)
     del model
@@ -144,7 +134,7 @@ def test_compile_without_a_cpp_compiler_is_refused_by_name(monkeypatch):
 
     monkeypatch.setattr(compiled_module, "_cpp_compiler", missing)
     with pytest.raises(RuntimeError, match=r"compile: TorchInductor needs a C\+\+ compiler.*g\+\+"):
-        generate_steps(_llama(), PROMPTS, GenerationConfig(max_new_tokens=2, compile=True))
+        generate_steps(tiny_llama_gpt(), PROMPTS, GenerationConfig(max_new_tokens=2, compile=True))
 
 
 def test_compile_of_a_model_without_gpt_layers_is_refused():
@@ -160,5 +150,5 @@ def test_compile_of_a_model_without_gpt_layers_is_refused():
             return self.gpt.init_cache(*args, **kwargs)
 
     with pytest.raises(TypeError, match="compile: compiles the layers of an attnkit GPT"):
-        generate_steps(Wrapped(_llama()), PROMPTS, GenerationConfig(compile=True))
-    assert compiled_module.check_compilable(_llama(), torch.device("cpu")) is None
+        generate_steps(Wrapped(tiny_llama_gpt()), PROMPTS, GenerationConfig(compile=True))
+    assert compiled_module.check_compilable(tiny_llama_gpt(), torch.device("cpu")) is None

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnkit.generation import GenerationConfig, generate, generate_steps
-from tests.helpers.generation import load_pair
+from tests.helpers.generation import load_pair, tiny_llama_gpt
 
 PROMPTS = [[1, 2, 3], [50, 60, 70, 80, 90, 100, 7], [42], [10, 20, 30, 40]]
 
@@ -190,7 +190,7 @@ def test_a_tiny_repetition_penalty_chooses_ids_of_the_vocabulary(pair, temperatu
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_nan_logits_are_an_error_not_a_token(temperature):
-    model = _llama()
+    model = tiny_llama_gpt()
     with torch.no_grad():
         model.lm_head.weight.fill_(float("nan"))
     config = GenerationConfig(max_new_tokens=3, temperature=temperature, seed=0)
@@ -380,24 +380,13 @@ def test_seed_range_is_the_generators():
 # --------------------------------------------------------------------------- Llama's options
 
 
-def _llama(**options):
-    from attnkit.models import GPT, GPTConfig
-
-    torch.manual_seed(0)
-    config = GPTConfig.llama(
-        vocab_size=97, context_length=128, d_model=32, num_heads=4, num_kv_heads=2,
-        num_layers=2, d_ff=48, initializer_range=0.3, **options,
-    )  # fmt: skip
-    return GPT(config).eval()
-
-
 @pytest.mark.parametrize(
     "options", [{}, {"window": 4}, {"window": 6, "full_attention_layers": 1}], ids=str
 )
 def test_llama_generation_with_the_cache_equals_recomputing(options):
     # 40 tokens after prompts of 3-11 ids: a window of 4 or 6 is overrun many times; the cache
     # allocated for it holds the window only, with the key/value heads only.
-    model = _llama(**options)
+    model = tiny_llama_gpt(**options)
     prompts = [list(range(1, 12)), [5, 6, 7], [9, 8, 7, 6, 5, 4]]
     allocated = []
     init_cache = model.init_cache

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 import transformers
 from tokenizers import Tokenizer
 
-from attnkit.models import GPT
+from attnkit.models import GPT, GPTConfig
 from tests.helpers.gpt import train_byte_bpe, write_hf_gpt2_folder
 
 VOCAB = 300
@@ -66,3 +67,16 @@ def load_pair(folder: Path, tokenizer: Tokenizer | None = None, *, seed: int = 0
     """(Hugging Face GPT2LMHeadModel, attnkit GPT) with the same random weights."""
     hf = write_hf_gpt2_folder(folder, tiny_gpt2_config(), tokenizer, seed=seed)
     return hf, GPT.from_pretrained(folder)
+
+
+def tiny_llama_gpt(**options) -> GPT:
+    """An attnkit Llama with random weights (seed 0), in eval mode: grouped-query attention (4
+    query heads, 2 key/value heads), 2 layers, width 32, a vocabulary of 97 ids, context 128,
+    init std 0.3 (peaked next-token distributions); ``options`` are more
+    :meth:`~attnkit.models.GPTConfig.llama` fields (``window=4``, ...)."""
+    torch.manual_seed(0)
+    config = GPTConfig.llama(
+        vocab_size=97, context_length=128, d_model=32, num_heads=4, num_kv_heads=2,
+        num_layers=2, d_ff=48, initializer_range=0.3, **options,
+    )  # fmt: skip
+    return GPT(config).eval()

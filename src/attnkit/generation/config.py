@@ -29,7 +29,7 @@ class GenerationConfig:
     ids on an AVX2 CPU). ``attnkit generate --json`` turns it on.
 
     ``compile`` runs the one-token steps through ``torch.compile`` (a C++ compiler is needed on
-    a CPU, and the first call compiles for 16-80 s): 1.27-1.35x faster steps on the Intel
+    a CPU, and the first call compiles for 16-80 s): 1.19-1.35x faster steps on the Intel
     Xeon with AMX where it was measured, for long generation
     (:mod:`~attnkit.generation.compiled`; docs/benchmarks.md, "A compiled decoding step").
     """

@@ -132,7 +132,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=threads, default=None, help="CPU threads for torch")
     parser.add_argument(
         "--compile", action="store_true",
-        help="run the decoding steps through torch.compile: 1.27-1.35x faster steps on an "
+        help="run the decoding steps through torch.compile: 1.19-1.35x faster steps on an "
         "Intel Xeon with AMX (docs/benchmarks.md; not measured on other CPUs) after a first "
         "call that compiles for 16-80 s (a C++ compiler is needed on a CPU); for long outputs",
     )  # fmt: skip
