@@ -4,6 +4,7 @@ break), weights changed in place that are seen, a compiled generation beside an 
 clear errors where compiling cannot run."""
 
 import gc
+import os
 import weakref
 
 import pytest
@@ -152,3 +153,31 @@ def test_compile_of_a_model_without_gpt_layers_is_refused():
     with pytest.raises(TypeError, match="compile: compiles the layers of an attnkit GPT"):
         generate_steps(Wrapped(tiny_llama_gpt()), PROMPTS, GenerationConfig(compile=True))
     assert compiled_module.check_compilable(tiny_llama_gpt(), torch.device("cpu")) is None
+
+
+def test_kernel_caps_get_an_inductor_cache_of_their_own(monkeypatch, tmp_path):
+    # Inductor's cache mixes up kernels built with and without the CPU kernel caps (a native
+    # run after a capped one aborted on the Xeon): each combination of caps gets its folder.
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    default = os.path.abspath(default_cache_dir())
+    for name in compiled_module.KERNEL_CAPS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    compiled_module._separate_capped_cache()
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ  # no caps: Inductor's default
+
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default)  # set by Inductor itself
+    compiled_module._separate_capped_cache()
+    avx2 = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    assert os.path.dirname(avx2) == default and avx2 != default
+
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    compiled_module._separate_capped_cache()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] not in (default, avx2)  # another combination
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # the user's choice is kept
+    compiled_module._separate_capped_cache()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path)

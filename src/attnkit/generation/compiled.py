@@ -46,10 +46,20 @@ Costs and limits:
   AVX2 CPU, MKL's row-major copies on AMD), so it can be slower than an eager one there.
 * The hardware rules of :mod:`attnkit.hardware` that pick attention paths are read when a
   graph is made.
+* Inductor's on-disk cache does not tell apart what it built under the settings that cap the
+  CPU kernels (``ATEN_CPU_CAPABILITY``, ``MKL_ENABLE_INSTRUCTIONS``, ``ONEDNN_MAX_CPU_ISA``,
+  ``FBGEMM_ENABLE_INSTRUCTIONS``: how CI makes an AVX-512 machine compute as an AVX2 one):
+  on the Xeon, steps compiled natively and then run from the cache with those settings gave
+  NaN logits, and the other order aborted the process. So where one of them is set and the
+  cache folder is Inductor's default, :func:`compiled_step` gives that combination a folder
+  of its own beside the default one (``TORCHINDUCTOR_CACHE_DIR``; a folder the user chose is
+  kept).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -61,6 +71,14 @@ __all__ = ["check_compilable", "compiled_step"]
 
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> compiled step
 _LOCK = threading.Lock()
+# Settings that cap the CPU kernels torch, MKL, oneDNN and FBGEMM dispatch to.
+KERNEL_CAPS = (
+    "ATEN_CPU_CAPABILITY",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "FBGEMM_ENABLE_INSTRUCTIONS",
+)
 
 
 def _cpp_compiler() -> str:
@@ -103,6 +121,23 @@ def check_compilable(model: nn.Module, device: torch.device) -> None:
             )
 
 
+def _separate_capped_cache() -> None:
+    """Point Inductor's on-disk cache at a folder of its own for the kernel caps set in the
+    environment (module docstring), unless none is set or the folder is not Inductor's
+    default (a folder the user chose)."""
+    caps = [f"{name}={os.environ[name]}" for name in KERNEL_CAPS if os.environ.get(name)]
+    if not caps:
+        return
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    default = os.path.abspath(default_cache_dir())
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if chosen is not None and os.path.abspath(chosen) != default:
+        return
+    tag = hashlib.sha256(";".join(caps).encode()).hexdigest()[:12]
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(default, f"attnkit-caps-{tag}")
+
+
 def _new_step() -> Callable:
     """A function with a code object of its own. Dynamo keeps compiled graphs per code object:
     each model gets graphs of its own, and no model's recompilations count against another's
@@ -123,6 +158,7 @@ def compiled_step(model: nn.Module) -> Callable:
         TypeError, RuntimeError: where compiling is not available (:func:`check_compilable`).
     """
     check_compilable(model, next(model.parameters()).device)
+    _separate_capped_cache()
     with _LOCK:
         step = _COMPILED.get(model)
         if step is None:
