@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -82,9 +83,32 @@ def quiet_logging() -> None:
         root.setLevel(logging.WARNING)
 
 
-def close_distributed() -> None:
-    """Leaves the process group (safe to call when there is none)."""
+# How long close_distributed leaves the interpreter lock to gloo's worker threads (below).
+GLOO_SETTLE_SECONDS = 0.2
+
+
+def close_distributed(*, wait_for_peers: bool = True) -> None:
+    """Leaves the process group (safe to call when there is none).
+
+    Before that it waits: at a barrier (with ``wait_for_peers``: every rank must call it
+    then; after a failure that other ranks may not have seen, pass False, so that this rank
+    does not wait for peers that wait elsewhere), then :data:`GLOO_SETTLE_SECONDS` asleep.
+    gloo's worker threads destroy each finished collective's work, and a work that holds
+    tensors Python made (those of ``all_gather_object`` and ``broadcast_object_list``; a
+    barrier's work holds the works before it) needs the interpreter lock to let go of them.
+    The process group itself is destroyed when its last reference goes (DDP's reducer holds
+    one), by a thread that holds that lock while it waits for the workers to end: if a worker
+    is still waiting for the lock then, the process never exits. torchrun runs hung so after
+    "done" when the machine was busy (4 of 20 runs of the DDP test with three busy processes
+    on two cores with the barrier alone, none in 25 with the sleep; py-spy showed
+    ``~ProcessGroupGloo`` joining a thread in ``~AsyncBarrierWork`` ->
+    ``~AsyncAllgatherWork`` -> ``gil_scoped_acquire``). Asleep, this thread leaves the lock
+    to them.
+    """
     if dist.is_available() and dist.is_initialized():
+        if wait_for_peers:
+            dist.barrier()
+        time.sleep(GLOO_SETTLE_SECONDS)
         dist.destroy_process_group()
 
 

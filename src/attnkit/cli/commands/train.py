@@ -184,10 +184,14 @@ def run(args: argparse.Namespace) -> int:
 
     config, out = _config(args)
     trainer = Trainer(config, out, resume=bool(args.resume), progress=not args.no_progress)
+    finished = False
     try:
         result = trainer.fit()  # a Ctrl-C is logged there, with the step --resume continues from
+        finished = True
     finally:
-        close_distributed()
+        # Every rank finished: they meet at a barrier first. After a failure a peer may be
+        # waiting in a collective of its own, so this rank leaves without waiting for it.
+        close_distributed(wait_for_peers=finished)
     logging.getLogger(__name__).info(
         "done: step %d, stopped by %s; checkpoints in %s", result.step, result.stop_reason, out
     )
