@@ -97,6 +97,49 @@ def test_compiled_steps_read_weights_changed_in_place():
         torch.testing.assert_close(torch.tensor(ours), torch.tensor(ref), rtol=0, atol=1e-5)
 
 
+def _same_generation(model, prompts, config):
+    eager = generate(model, prompts, config)
+    fast = generate(model, prompts, GenerationConfig(**{**vars(config), "compile": True}))
+    assert fast.tokens == eager.tokens
+    for ours, ref in zip(fast.logprobs, eager.logprobs, strict=True):
+        torch.testing.assert_close(torch.tensor(ours), torch.tensor(ref), rtol=0, atol=1e-5)
+    return eager
+
+
+def test_a_layer_replaced_by_one_with_a_bias_is_compiled_again():
+    # The steps skip dynamo's guards on the model's built-in modules (a bias of None traced
+    # into the graph would stay None); the model's parameters and modules, compared once a
+    # call, make a new compiled step when they changed.
+    model = tiny_llama_gpt()
+    config = GenerationConfig(max_new_tokens=16, eos_ids=(), logprobs=True)
+    before = _same_generation(model, PROMPTS[:2], config)
+    old = model.blocks.layers[0].ffn.linear2
+    new = torch.nn.Linear(old.in_features, old.out_features, bias=True)
+    with torch.no_grad():
+        new.weight.copy_(old.weight)
+        new.bias.normal_(0.0, 0.5)
+    model.blocks.layers[0].ffn.linear2 = new
+    after = _same_generation(model, PROMPTS[:2], config)
+    assert after.logprobs != before.logprobs  # the bias matters
+
+
+def test_a_hook_on_a_layer_is_refused_by_name_and_its_removal_compiles_again():
+    # A compiled step's products do not call the layers, so a forward hook would not run:
+    # refused, naming the module; once removed, the steps compile again and agree with eager.
+    model = tiny_llama_gpt()
+    config = GenerationConfig(max_new_tokens=16, eos_ids=(), logprobs=True)
+    before = _same_generation(model, PROMPTS[:2], config)
+    handle = model.blocks.layers[1].ffn.linear2.register_forward_hook(
+        lambda mod, args, out: out * 2.0
+    )
+    hooked = generate(model, PROMPTS[:2], config)
+    assert hooked.logprobs != before.logprobs  # eager steps run the hook
+    with pytest.raises(ValueError, match=r"forward hooks on blocks\.layers\.1\.ffn\.linear2"):
+        generate(model, PROMPTS[:2], GenerationConfig(**{**vars(config), "compile": True}))
+    handle.remove()
+    assert _same_generation(model, PROMPTS[:2], config).logprobs == before.logprobs
+
+
 def test_a_compiled_generation_beside_an_eager_one_on_the_same_model():
     # The compiled step belongs to the cache of the generation that asked for it: steps of
     # both generators taken in turns give each its own result.

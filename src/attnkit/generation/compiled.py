@@ -26,6 +26,15 @@ step's products fast on a CPU) enter through an operator of attnkit's own
 (``torch.ops.attnkit.packed_product``), which Inductor calls as it is, as it calls the
 attention kernels; the element-wise work between them is what it fuses.
 
+Dynamo checks before every call that a graph still fits (its guards). The guards that the
+model's built-in modules (``nn.Linear``, ``nn.Embedding``, ...) are still the objects,
+weights and attributes traced cost about 0.8 ms a step (8% of a float32 step of the Llama
+shape at one row on the Xeon), so the step's own frame skips them, and :func:`compiled_step`
+checks as much once per generation instead: a model whose parameters, buffers or submodules
+changed since (a layer replaced, a dtype or device changed, ``train()``) gets a new step
+that compiles again. A model with forward hooks is refused (:func:`check_compilable`): the
+products a compiled step makes do not call the layers, so hooks would not run.
+
 Costs and limits:
 
 * The first call compiles: 16-80 s for the Llama shape on the Xeon (more with a padding mask
@@ -69,7 +78,8 @@ from torch import nn
 
 __all__ = ["check_compilable", "compiled_step"]
 
-_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> compiled step
+# model -> (its _Assumptions, its compiled step)
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 # Settings that cap the CPU kernels torch, MKL, oneDNN and FBGEMM dispatch to.
 KERNEL_CAPS = (
@@ -90,12 +100,26 @@ def _cpp_compiler() -> str:
 
 def check_compilable(model: nn.Module, device: torch.device) -> None:
     """Raise a clear error where ``torch.compile`` cannot build ``model``'s step: a model that
-    is not an attnkit :class:`~attnkit.models.GPT` (no ``_run``), a Python that dynamo does
-    not support, on a CPU no C++ compiler that TorchInductor finds, on a GPU no Triton."""
+    is not an attnkit :class:`~attnkit.models.GPT` (no ``_run``), forward hooks on the model
+    or its layers (a compiled step's products do not call the layers, so the hooks would not
+    run; in eager steps they do), a Python that dynamo does not support, on a CPU no C++
+    compiler that TorchInductor finds, on a GPU no Triton."""
     if not callable(getattr(type(model), "_run", None)):
         raise TypeError(
             f"compile: compiles the layers of an attnkit GPT; got a {type(model).__name__}, "
             "which has no GPT._run: generate without compile=True"
+        )
+    hooked = [
+        name or "the model"
+        for name, m in model.named_modules()
+        if m._forward_hooks or m._forward_pre_hooks
+    ]
+    if hooked:
+        raise ValueError(
+            f"compile: forward hooks on {', '.join(hooked[:3])}"
+            f"{f' and {len(hooked) - 3} more modules' if len(hooked) > 3 else ''}, which a "
+            "compiled step would not run; remove them (the handle's remove()) or generate "
+            "without compile=True"
         )
     if not torch._dynamo.is_dynamo_supported():
         raise RuntimeError(
@@ -150,17 +174,78 @@ def _new_step() -> Callable:
     return step
 
 
+def _skip_guards_on_the_models_modules(entries: list) -> list[bool]:
+    """Dynamo's guards to keep: all but those on the built-in modules (``nn.Linear``,
+    ``nn.Embedding``, ...) reached through the step's ``run`` argument, the model's bound
+    method. Checking that they still are the modules and weights traced cost ~0.8 ms a step
+    (8% of the Llama shape's float32 steps at one row on the Xeon); :class:`_Assumptions`
+    checks as much once per generation. Only the step's own frame reaches the model through
+    ``run``: frames that dynamo compiles on their own (a layer's ``forward`` after a frame
+    it could not trace) are shared by every model and keep every guard."""
+    return [
+        not (
+            entry.name.startswith("L['run']")
+            and entry.orig_guard.source.is_unspecialized_builtin_nn_module()
+        )
+        for entry in entries
+    ]
+
+
+class _Assumptions:
+    """What the graphs of a compiled step assume of a model beyond its weights' values, read
+    once per generation instead of by dynamo's guards at every step (:func:`compiled_step`):
+    which parameters, buffers and submodules it has (held weakly, compared by identity), each
+    tensor's shape, strides, dtype, device and whether it needs gradients, and each module's
+    class, training flag and hooks (by handle id, which torch never reuses)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        objects: list = []
+        facts: list = []
+        for name, t in (*model.named_parameters(), *model.named_buffers()):
+            objects.append(t)
+            facts.append((name, t.shape, t.stride(), t.dtype, t.device, t.requires_grad))
+        for name, m in model.named_modules():
+            objects.append(m)
+            hooks = (tuple(m._forward_pre_hooks), tuple(m._forward_hooks))
+            facts.append((name, type(m), m.training, hooks))
+        self.objects = objects  # dropped once the assumptions are stored (hold())
+        self.refs: list[weakref.ref] = []
+        self.facts = tuple(facts)
+
+    def hold(self) -> _Assumptions:
+        """Keep weak references only (a strong one would keep the model alive)."""
+        self.refs = [weakref.ref(o) for o in self.objects]
+        self.objects = []
+        return self
+
+    def still(self, now: _Assumptions) -> bool:
+        """Whether ``now`` (made from the model just now) finds the model as assumed."""
+        return (
+            self.facts == now.facts
+            and len(self.refs) == len(now.objects)
+            and all(ref() is obj for ref, obj in zip(self.refs, now.objects, strict=True))
+        )
+
+
 def compiled_step(model: nn.Module) -> Callable:
-    """``model``'s compiled step (module docstring), made once per model (its graphs are built
-    at the calls, and die with the model). Set it as a cache's ``step`` to use it.
+    """``model``'s compiled step (module docstring), made once per model and kept while the
+    model's parameters, buffers and submodules are the ones it was made for
+    (:class:`_Assumptions`; weights changed in place keep it); its graphs are built at the calls
+    and die with the model or the step. Set it as a cache's ``step`` to use it.
 
     Raises:
         TypeError, RuntimeError: where compiling is not available (:func:`check_compilable`).
     """
     check_compilable(model, next(model.parameters()).device)
     _separate_capped_cache()
+    now = _Assumptions(model)
     with _LOCK:
-        step = _COMPILED.get(model)
-        if step is None:
-            step = _COMPILED[model] = torch.compile(_new_step(), dynamic=True)
-    return step
+        entry = _COMPILED.get(model)
+        if entry is None or not entry[0].still(now):
+            step = torch.compile(
+                _new_step(),
+                dynamic=True,
+                options={"guard_filter_fn": _skip_guards_on_the_models_modules},
+            )
+            entry = _COMPILED[model] = (now.hold(), step)
+    return entry[1]
