@@ -234,7 +234,8 @@ def compiled_step(model: nn.Module) -> Callable:
     and die with the model or the step. Set it as a cache's ``step`` to use it.
 
     Raises:
-        TypeError, RuntimeError: where compiling is not available (:func:`check_compilable`).
+        TypeError, ValueError, RuntimeError: where compiling is not available or would not
+            run what eager steps run (:func:`check_compilable`).
     """
     check_compilable(model, next(model.parameters()).device)
     _separate_capped_cache()
