@@ -205,7 +205,9 @@ def _broadcast(*shapes) -> tuple[int, ...] | None:
     for shape in shapes:
         for i, d in enumerate(shape, ndim - len(shape)):  # aligned to the last dim
             if d != 1:
-                if result[i] not in (1, d):
+                # Two comparisons, not `in (1, d)`: dynamo traced that one as False for a
+                # symbolic key length equal to the mask's (a compiled step's padding mask).
+                if result[i] != 1 and result[i] != d:
                     return None
                 result[i] = d
     return tuple(result)
