@@ -1,6 +1,8 @@
-"""The float16 screen of greedy decoding (attnkit.generation.screen): its error bound against
-float64 logits, its tokens against float32's argmax (near-ties, exact ties, rows it cannot
-decide), when it applies, and greedy generation through it against Hugging Face's."""
+"""The int8 and float16 screens of greedy decoding (attnkit.generation.screen): their error
+bounds against float64 logits, their tokens against float32's argmax (near-ties, exact ties,
+rows they cannot decide), when they apply, and greedy generation through them against Hugging
+Face's. Tests that take the ``kind`` fixture run for both kinds; those about float16's own
+rounding take ``float16``; the rest use the default kind (int8 where FBGEMM's int8 runs)."""
 
 import numpy as np
 import pytest
@@ -13,9 +15,34 @@ from attnkit.generation import GenerationConfig, generate, packed, screen
 from attnkit.models import GPT, GPTConfig
 from tests.helpers.generation import write_hf_gpt2_folder
 
-pytestmark = pytest.mark.skipif(not screen.available(), reason="no FBGEMM float16 product")
+pytestmark = pytest.mark.skipif(not screen.available(), reason="no FBGEMM int8 or float16 product")
 
 VOCAB = 5000  # at least screen.MIN_OUTPUTS
+RUNS = {"int8": packed.int8_available, "float16": packed.float16_available}
+
+
+@pytest.fixture(params=["int8", "float16"])
+def kind(request, monkeypatch) -> str:
+    """The screen kind a test runs with (screen.KIND), each where FBGEMM runs it."""
+    if not RUNS[request.param]():
+        pytest.skip(f"FBGEMM's {request.param} product does not run here")
+    monkeypatch.setattr(screen, "KIND", request.param)
+    return request.param
+
+
+@pytest.fixture
+def float16(monkeypatch) -> None:
+    """Tests of float16's own rounding: the float16 screen."""
+    if not RUNS["float16"]():
+        pytest.skip("FBGEMM's float16 product does not run here")
+    monkeypatch.setattr(screen, "KIND", "float16")
+
+
+def test_the_default_kind_is_int8_where_it_runs_else_float16():
+    head = _head()
+    found = screen.screen(head)
+    assert found.kind == ("int8" if packed.int8_available() else "float16")
+    assert found.kind == "float16" or isinstance(found, screen.Int8Screen)
 
 
 def _head(n_in=64, vocab=VOCAB, *, bias=False, seed=0, std=0.02) -> nn.Linear:
@@ -55,33 +82,64 @@ KINDS = ["normal", "tiny", "huge", "positive", "heavy", "spike"]
 
 
 @pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("kind", KINDS)
-def test_the_bound_holds_against_float64_and_float32_logits(kind, bias):
+@pytest.mark.parametrize("inputs", KINDS)
+def test_the_bound_holds_against_float64_and_float32_logits(inputs, bias, kind):
     head = _head(n_in=96, bias=bias, seed=1)
     with torch.no_grad():  # rows of very different sizes, and float16 subnormal weights
         head.weight[:50] *= 300.0
         head.weight[50:100] *= 1e-5
     found = screen.screen(head)
-    assert found is not None
-    x = _inputs(kind, 8, 96, torch.Generator().manual_seed(2))
-    approx = torch.ops.quantized.linear_dynamic_fp16(x, found.packed)  # (8, V)
+    assert found is not None and found.kind == kind
+    x = _inputs(inputs, 8, 96, torch.Generator().manual_seed(2))
+    approx = found.approx(x)  # (8, V)
     if bias:
         approx = approx + head.bias
-    err = torch.linalg.vector_norm(x.double(), dim=1, keepdim=True) * found.spread.double()
-    if bias:
-        err = err + torch.from_numpy(found.bias_error).double()
+    err = _bound(found, x)
     w64 = head.weight.double()
     exact = x.double() @ w64.T + (0 if not bias else head.bias.double())  # (8, V)
     float32 = F.linear(x, head.weight, head.bias).detach().double()
     assert ((exact - approx.double()).abs() <= err).all()
     assert ((float32 - approx.double()).abs() <= err).all()
-    # and it is not vacuous: the bound is far below the spread of the logits
-    assert err.median() < 0.05 * exact.std(dim=1).min()
+    # and it is not vacuous: the bound is far below the spread of the logits (int8's, whose
+    # inputs share one quantization step, where no input dwarfs the others)
+    if kind == "float16":
+        assert err.median() < 0.05 * exact.std(dim=1).min()
+    elif inputs not in ("heavy", "spike"):
+        assert err.median() < 0.2 * exact.std(dim=1).min()
+
+
+def _bound(found: screen.Screen, x: torch.Tensor) -> torch.Tensor:
+    """The bound (M, V) float64 the screen claims for its logits of x (M, n): |x|_2 times
+    spread, plus the input step times step (int8), the bias's rounding and tiny."""
+    err = torch.linalg.vector_norm(x.double(), dim=1, keepdim=True) * found.spread.double()
+    if found.step is not None:
+        err = err + found.input_step(x.numpy()) * found.step.double()
+    if found.bias_error is not None:
+        err = err + torch.from_numpy(found.bias_error).double()
+    return err + found.tiny
+
+
+@pytest.mark.parametrize("n_in", [64, 768, 4096])
+def test_the_int8_bound_holds_at_model_widths(n_in):
+    """Hidden states of real models' widths and an input with a large range: the one input
+    step of FBGEMM's quantization, the rounding of its 32-bit sums, at the sizes it runs."""
+    if not packed.int8_available():
+        pytest.skip("FBGEMM's int8 product does not run here")
+    head = _head(n_in=n_in, seed=11, vocab=screen.MIN_OUTPUTS)
+    found = screen.Int8Screen(head.weight, None)
+    gen = torch.Generator().manual_seed(12)
+    for scale in (1e-3, 1.0, 40.0):
+        x = torch.randn(4, n_in, generator=gen) * scale
+        x[1, 3] = 30 * scale  # one large value in one row: the step of all four
+        exact = x.double() @ head.weight.double().T
+        err = (exact - found.approx(x).double()).abs()
+        assert (err <= _bound(found, x)).all()
+        assert (err > 0.01 * _bound(found, x)).any()  # a bound of the right size
 
 
 @pytest.mark.parametrize("m", [1, 3, 8])
 @pytest.mark.parametrize("bias", [False, True])
-def test_tokens_are_float32_argmax(m, bias):
+def test_tokens_are_float32_argmax(m, bias, kind):
     head = _head(bias=bias)
     gen = torch.Generator().manual_seed(3)
     for _ in range(20):
@@ -104,7 +162,7 @@ def _spy_verification(monkeypatch) -> list[int]:
     return seen
 
 
-def test_near_ties_are_decided_in_float32(monkeypatch):
+def test_near_ties_are_decided_in_float32(monkeypatch, kind):
     head = _head()
     gen = torch.Generator().manual_seed(4)
     x = torch.randn(2, 64, generator=gen)
@@ -119,7 +177,7 @@ def test_near_ties_are_decided_in_float32(monkeypatch):
     assert tokens.tolist() == _argmax32(head, x) == [4001, best[1]]
 
 
-def test_exact_ties_pick_the_first_id_as_argmax_does():
+def test_exact_ties_pick_the_first_id_as_argmax_does(kind):
     head = _head()
     x = torch.randn(1, 64, generator=torch.Generator().manual_seed(5))
     best = _argmax32(head, x)[0]
@@ -129,7 +187,7 @@ def test_exact_ties_pick_the_first_id_as_argmax_does():
     assert screen.greedy_tokens(head, x).tolist() == [10] == _argmax32(head, x)
 
 
-def test_a_row_it_cannot_decide_is_left_to_the_logits():
+def test_a_row_it_cannot_decide_is_left_to_the_logits(kind):
     head = _head(bias=False)
     with torch.no_grad():
         head.weight[: screen.MAX_CANDIDATES + 1] = head.weight[0]  # many equal best logits
@@ -138,13 +196,13 @@ def test_a_row_it_cannot_decide_is_left_to_the_logits():
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
-def test_inputs_that_are_not_finite_are_left_to_the_logits(value):
+def test_inputs_that_are_not_finite_are_left_to_the_logits(value, kind):
     x = torch.randn(3, 64)
     x[1, 5] = value
     assert screen.greedy_tokens(_head(), x) is None
 
 
-def test_an_overflow_is_left_to_the_logits():
+def test_an_overflow_is_left_to_the_logits(kind):
     x = torch.full((1, 64), 3e37)
     assert screen.greedy_tokens(_head(std=10.0), x) is None
 
@@ -159,19 +217,44 @@ def test_an_overflow_is_left_to_the_logits():
     ],
     ids=["small", "bfloat16", "float64", "not-linear"],
 )
-def test_heads_it_does_not_apply_to(head):
+def test_heads_it_does_not_apply_to(head, kind):
     assert screen.screen(head) is None
     assert screen.greedy_tokens(head, torch.randn(1, 64)) is None
 
 
-def test_weights_float16_cannot_hold_get_no_screen():
+def test_weights_float16_cannot_hold_get_no_screen(float16):
     head = _head()
     with torch.no_grad():
         head.weight[3, 3] = 1e5
     assert screen.screen(head) is None
 
 
-def test_made_once_remade_when_the_weight_changes_and_released():
+def test_weights_int8_holds_and_float16_does_not_get_an_int8_screen():
+    if not packed.int8_available():
+        pytest.skip("FBGEMM's int8 product does not run here")
+    head = _head()
+    with torch.no_grad():
+        head.weight[3, 3] = 1e5
+    x = torch.randn(2, 64)
+    assert screen.screen(head).kind == "int8"
+    assert screen.greedy_tokens(head, x).tolist() == _argmax32(head, x)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 1e-30])
+def test_weights_the_int8_bound_cannot_hold_take_the_float16_screen(value):
+    """Not finite weights (no screen) and rows so small that FBGEMM's scales would multiply
+    into float32's subnormal range (float16)."""
+    if not packed.int8_available():
+        pytest.skip("FBGEMM's int8 product does not run here")
+    head = _head()
+    with torch.no_grad():
+        head.weight[5] = 0.0
+        head.weight[5, 2] = value
+    found = screen.screen(head)
+    assert (found is None) if value != 1e-30 else (found.kind == "float16")
+
+
+def test_made_once_remade_when_the_weight_changes_and_released(kind):
     head = _head()
     first = screen.screen(head)
     assert screen.ready(head) and screen.screen(head) is first
@@ -210,7 +293,7 @@ def _count_screened(monkeypatch) -> list[bool]:
     return decided
 
 
-def test_greedy_generation_through_the_screen_equals_hugging_face(pair, monkeypatch):
+def test_greedy_generation_through_the_screen_equals_hugging_face(pair, monkeypatch, kind):
     hf, gpt = pair
     decided = _count_screened(monkeypatch)
     prompts = [[1, 2, 3], [50, 60, 70, 80, 90, 100, 7], [42]]
@@ -244,7 +327,7 @@ def test_steps_that_need_the_logits_do_not_use_the_screen(pair, monkeypatch, opt
     assert decided == []
 
 
-def test_the_kernel_rounds_weights_to_float16_as_the_bound_assumes():
+def test_the_kernel_rounds_weights_to_float16_as_the_bound_assumes(float16):
     """The bound's gap is w - w.half(); the packed weights must be exactly those values
     (ties, float16 subnormals, values that underflow to 0, the largest finite)."""
     torch.manual_seed(6)
@@ -255,6 +338,26 @@ def test_the_kernel_rounds_weights_to_float16_as_the_bound_assumes():
     found = screen.Screen(w, None)
     unpacked, _ = torch.ops.quantized.linear_unpack_fp16(found.packed)
     assert torch.equal(unpacked.float(), w.half().float())
+
+
+def test_the_int8_kernel_holds_the_integers_and_scales_the_bound_assumes():
+    """The bound's copy is q_j s_j (q_j in [-127, 127], s_j = max |w_j| / 127, 1 for a zero
+    row); FBGEMM's packed weight must hold exactly those integers and float32 scales."""
+    if not packed.int8_available():
+        pytest.skip("FBGEMM's int8 product does not run here")
+    torch.manual_seed(13)
+    w = torch.randn(4096, 64) * 0.02
+    w[0] = 0.0
+    w[1, :4] = torch.tensor([1.0, -1.0, 0.5 / 127, 1.5 / 127])  # the largest, and ties at .5
+    found = screen.Int8Screen(w, None)
+    unpacked, _ = torch.ops.quantized.linear_unpack(found.packed)
+    scales = unpacked.q_per_channel_scales()
+    largest = w.abs().amax(dim=1)
+    expected = torch.where(largest > 0, largest / 127, torch.ones_like(largest))  # float32
+    assert torch.equal(scales.float(), expected) and torch.equal(scales, scales.float().double())
+    ints = unpacked.int_repr()
+    assert torch.equal(ints, torch.round(w / expected[:, None]).to(torch.int8))
+    assert int(ints.abs().max()) == 127 and int(ints[0].abs().max()) == 0
 
 
 def test_a_screen_is_made_for_calls_long_enough_to_win_its_time_back():
@@ -361,16 +464,17 @@ def _rival_head(pruned_rows: int = 0) -> tuple[nn.Linear, torch.Tensor, int]:
 
 
 @pytest.mark.parametrize("pruned_rows", [0, screen.MAX_CANDIDATES + 6])
-def test_a_rival_that_only_the_whole_bound_reaches_is_found(pruned_rows):
+def test_a_rival_that_only_the_whole_bound_reaches_is_found(pruned_rows, float16):
     head, x, rival = _rival_head(pruned_rows)
     assert _argmax32(head, x) == [rival]
     found = screen.screen(head)
-    approx = torch.ops.quantized.linear_dynamic_fp16(x, found.packed)[0]
+    approx = found.approx(x)[0]
     assert approx[rival] < approx[7] - 0.01  # the float16 copy ranks the rival below row 7
     assert screen.greedy_tokens(head, x).tolist() == [rival]
 
 
 def test_weights_whose_squares_underflow_still_have_a_bound():
+    """(Rows too small for the int8 bound: the float16 screen, by default.)"""
     head = _head(bias=True, std=0.0)  # rows 0 and 1 carry the best logits through their bias
     with torch.no_grad():
         head.bias.zero_()
@@ -382,7 +486,7 @@ def test_weights_whose_squares_underflow_still_have_a_bound():
     assert screen.greedy_tokens(head, x).tolist() == [1]
 
 
-def test_products_in_the_subnormal_range_are_bounded():
+def test_products_in_the_subnormal_range_are_bounded(kind):
     head = _head(std=0.0)
     with torch.no_grad():
         head.weight[2:] = -1.0  # logits -320 x 2^-149: far below rows 0 and 1
@@ -391,25 +495,32 @@ def test_products_in_the_subnormal_range_are_bounded():
     # x_i * w_i: 5.5 or 6.25 times float32's least value, rounded to 5 or 6 of it
     x = torch.full((1, 64), 5 * 2.0**-149)  # float32 logits 384 and 378 x 2^-149
     assert _argmax32(head, x) == [0]
-    assert screen.greedy_tokens(head, x).tolist() == [0]
+    tokens = screen.greedy_tokens(head, x)
+    if kind == "float16":
+        assert tokens.tolist() == [0]
+    else:  # inputs below 2^-126 keep FBGEMM's smallest step, 6.1e-5: every id a candidate
+        assert tokens is None
+        bound = _bound(screen.screen(head), x)
+        exact = x.double() @ head.weight.double().T
+        assert ((exact - screen.screen(head).approx(x).double()).abs() <= bound).all()
 
 
-def test_logits_near_float32s_range_are_left_to_the_logits():
+def test_logits_near_float32s_range_are_left_to_the_logits(kind):
     x = torch.full((1, 64), 1e36)
     assert screen.greedy_tokens(_head(std=1.0), x) is None
 
 
-def test_a_head_made_in_inference_mode_is_screened_outside_it():
+def test_a_head_made_in_inference_mode_is_screened_outside_it(kind):
     with torch.inference_mode():
         head = _head()
     x = torch.randn(2, 64)
     assert screen.greedy_tokens(head, x).tolist() == _argmax32(head, x)
 
 
-def test_the_best_float16_id_loses_to_a_rival_below_it():
+def test_the_best_float16_id_loses_to_a_rival_below_it(float16):
     """Row 7's float16 copy rounds up (1.5 - 0.9 of half a step -> 1.5): float16 logit 96,
     float32 logit 96 - 0.0281. The rival (row 4000, float16-exact) sits at 96 - 14 * 2^-10 =
-    95.9863 in both, so it is the argmax, inside row 7's bound but not its own. 70 exact rows
+    95.9863 in both, so it is the argmax, inside row 7's bound but not its own. MAX_CANDIDATES + 6 exact rows
     at 96 - 33 * 2^-10 = 95.9678 (their upper bounds 95.9693 just below row 7's lower bound
     95.9704, which the float rounding terms widen; inside the first pass's band) make the screen prune the first pass, where each id is kept only if its upper
     bound reaches the lower bound of row 7, taken in full."""
@@ -423,8 +534,59 @@ def test_the_best_float16_id_loses_to_a_rival_below_it():
         head.weight[4000] = rival * sign
         band = torch.full((64,), 1.5)
         band[:33] -= 2.0**-10
-        head.weight[100:170] = band * sign
+        head.weight[100 : 100 + screen.MAX_CANDIDATES + 6] = band * sign
     assert _argmax32(head, x) == [4000]
-    approx = torch.ops.quantized.linear_dynamic_fp16(x, screen.screen(head).packed)[0]
+    approx = screen.screen(head).approx(x)[0]
     assert approx[7] > approx[4000]
     assert screen.greedy_tokens(head, x).tolist() == [4000]
+
+
+def _flat_head() -> tuple[nn.Linear, torch.Tensor]:
+    """A head whose best 600 logits lie within 0.6% of each other (row k at 1 - k 1e-5 of
+    row 0's): inside the int8 bound (candidates beyond MAX_CANDIDATES), outside float16's."""
+    head = _head(seed=14)
+    with torch.no_grad():
+        first = head.weight[0].clone()
+        for k in range(1, 600):
+            head.weight[k] = first * (1 - k * 1e-5)
+    return head, first[None].clone()
+
+
+def test_an_int8_screen_that_cannot_decide_gives_way_to_float16():
+    if not (packed.int8_available() and packed.float16_available()):
+        pytest.skip("FBGEMM's int8 and float16 products do not both run here")
+    head, x = _flat_head()
+    assert _argmax32(head, x) == [0]
+    first = screen.screen(head)
+    assert first.kind == "int8"
+    for _ in range(screen.GIVE_UP_UNDECIDED - 1):
+        assert screen.greedy_tokens(head, x) is None
+    assert screen.screen(head) is first  # kept while fewer than GIVE_UP_UNDECIDED of a window
+    assert screen.greedy_tokens(head, x) is None
+    assert first.given_up
+    assert screen.greedy_tokens(head, x).tolist() == [0]  # float16 decides it
+    assert screen.screen(head).kind == "float16"
+
+
+def test_an_int8_screen_counts_its_undecided_calls_per_window():
+    if not packed.int8_available():
+        pytest.skip("FBGEMM's int8 product does not run here")
+    found = screen.Int8Screen(_head().weight, None)
+    for _ in range(3):  # a window with one call short of giving up, three times over
+        for call in range(screen.GIVE_UP_WINDOW):
+            found.record(call >= screen.GIVE_UP_UNDECIDED - 1)
+    assert not found.given_up
+    for _ in range(screen.GIVE_UP_UNDECIDED):
+        found.record(False)
+    assert found.given_up
+
+
+def test_a_forced_int8_screen_is_kept_however_often_it_cannot_decide(monkeypatch):
+    if not packed.int8_available():
+        pytest.skip("FBGEMM's int8 product does not run here")
+    monkeypatch.setattr(screen, "KIND", "int8")
+    head, x = _flat_head()
+    first = screen.screen(head)
+    for _ in range(screen.GIVE_UP_UNDECIDED + 1):
+        assert screen.greedy_tokens(head, x) is None
+    assert first.given_up and screen.screen(head) is first
