@@ -127,6 +127,53 @@ def test_a_layer_replaced_by_one_with_a_bias_is_compiled_again():
     assert after.logprobs != before.logprobs  # the bias matters
 
 
+def test_a_changed_attribute_of_a_layer_is_compiled_again():
+    # Where every attribute of the model could be read (complete), the steps skip all of
+    # dynamo's guards on the model: an attribute the graph was traced with (pre- or post-norm)
+    # changed since makes a new compiled step, which agrees with eager steps.
+    model = tiny_llama_gpt()
+    assert compiled_module._Assumptions(model).complete
+    config = GenerationConfig(max_new_tokens=16, eos_ids=(), logprobs=True)
+    before = _same_generation(model, PROMPTS[:2], config)
+    block = model.blocks.layers[1].ffn_block
+    assert block.norm_first
+    block.norm_first = False
+    after = _same_generation(model, PROMPTS[:2], config)
+    assert after.logprobs != before.logprobs  # the attribute matters
+
+
+def test_an_attribute_it_cannot_read_keeps_dynamos_guards():
+    model = tiny_llama_gpt()
+    model.blocks.layers[0].note = object()  # no attributes of its own, not a plain value
+    assumptions = compiled_module._Assumptions(model)
+    assert not assumptions.complete
+    config = GenerationConfig(max_new_tokens=16, eos_ids=(), logprobs=True)
+    _same_generation(model, PROMPTS[:2], config)
+    model.blocks.layers[1].ffn_block.norm_first = False  # dynamo's guards see it
+    _same_generation(model, PROMPTS[:2], config)
+
+
+def test_assumptions_read_closures_by_code_and_contents_and_hold_the_model_weakly():
+    model = tiny_llama_gpt()
+    linear = model.blocks.layers[0].ffn.linear2
+    weight = torch.zeros(1)
+
+    def make(value):
+        return lambda x: x + value  # a new function of the same code each call
+
+    linear.forward = make(weight)
+    first = compiled_module._Assumptions(model).hold()
+    linear.forward = make(weight)
+    assert first.still(compiled_module._Assumptions(model))  # same code, same tensor
+    linear.forward = make(torch.zeros(1))
+    assert not first.still(compiled_module._Assumptions(model))  # another tensor
+    del linear.forward
+    ref = weakref.ref(model)
+    del model, linear
+    gc.collect()
+    assert ref() is None  # the stored assumptions do not keep the model alive
+
+
 def test_a_hook_on_a_layer_is_refused_by_name_and_its_removal_compiles_again():
     # A compiled step's products do not call the layers, so a forward hook would not run:
     # refused, naming the module; once removed, the steps compile again and agree with eager.

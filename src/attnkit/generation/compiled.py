@@ -27,13 +27,17 @@ step's products fast on a CPU) enter through an operator of attnkit's own
 attention kernels; the element-wise work between them is what it fuses.
 
 Dynamo checks before every call that a graph still fits (its guards). The guards that the
-model's built-in modules (``nn.Linear``, ``nn.Embedding``, ...) are still the objects,
-weights and attributes traced cost about 0.8 ms a step (8% of a float32 step of the Llama
-shape at one row on the Xeon), so the step's own frame skips them, and :func:`compiled_step`
-checks as much once per generation instead: a model whose parameters, buffers or submodules
-changed since (a layer replaced, a dtype or device changed, ``train()``) gets a new step
-that compiles again. A model with forward hooks is refused (:func:`check_compilable`): the
-products a compiled step makes do not call the layers, so hooks would not run.
+model's modules are still the objects, weights and attributes traced cost about 1.2 ms a step
+(8% and 3% of a float32 step of the Llama shape at one row on the Xeon, for the built-in
+modules' and the others'), so the step's own frame skips them, and :func:`compiled_step`
+checks as much once per generation instead (:class:`_Assumptions`: parameters, buffers,
+submodules, every module's attributes, the closures of packed products): a model whose
+parameters, buffers, submodules or attributes changed since (a layer replaced, a dtype or
+device changed, ``train()``, pre-norm turned to post-norm) gets a new step that compiles
+again. Where a module holds a value it cannot read (an object without attributes that is not
+a plain value), only the built-in modules' guards are skipped. A model with forward hooks is
+refused (:func:`check_compilable`): the products a compiled step makes do not call the
+layers, so hooks would not run.
 
 Costs and limits:
 
@@ -67,9 +71,11 @@ Costs and limits:
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import os
 import threading
+import types
 import weakref
 from collections.abc import Callable
 
@@ -184,11 +190,30 @@ def _skip_guards_on_the_models_modules(entries: list) -> list[bool]:
     it could not trace) are shared by every model and keep every guard."""
     return [
         not (
-            entry.name.startswith("L['run']")
+            entry.name.startswith(_MODEL)
             and entry.orig_guard.source.is_unspecialized_builtin_nn_module()
         )
         for entry in entries
     ]
+
+
+def _skip_guards_on_the_model(entries: list) -> list[bool]:
+    """Dynamo's guards to keep where :class:`_Assumptions` read all of the model's state
+    (``complete``): all but those on what the step's frame reaches through the model
+    (``run.__self__``: its modules, their attributes, parameters, buffers, hooks, the
+    closures of their packed products), which it checks once per generation. The remaining
+    ~0.4 ms a step of the Llama shape's (float32, one row, the Xeon); the guards on the
+    step's other arguments (the cache, the tokens), on globals and on classes are kept."""
+    return [not entry.name.startswith(_MODEL) for entry in entries]
+
+
+_MODEL = "run.__self__"  # how dynamo's guards name the model, reached through the bound method
+_DEPTH = 6  # containers and objects within a module's attributes that _Assumptions reads
+_HOOKS = "hooks"  # a module's hook dictionaries: their handles' ids, which torch never reuses
+
+
+class _Unread(Exception):
+    """A value :class:`_Assumptions` cannot read: its guards stay dynamo's."""
 
 
 class _Assumptions:
@@ -196,24 +221,111 @@ class _Assumptions:
     once per generation instead of by dynamo's guards at every step (:func:`compiled_step`):
     which parameters, buffers and submodules it has (held weakly, compared by identity), each
     tensor's shape, strides, dtype, device and whether it needs gradients, and each module's
-    class, training flag and hooks (by handle id, which torch never reuses)."""
+    class, training flag and hooks (by handle id, which torch never reuses).
+
+    It also reads every module's other attributes (``complete``): plain values by value
+    (numbers, strings, dtypes, devices, None), containers item by item, tensors and modules by
+    identity and facts, functions by their code and what their closures hold, other objects by
+    identity and their attributes, to :data:`_DEPTH` levels. Where that covers everything, the
+    step skips dynamo's guards on the model altogether (:func:`_skip_guards_on_the_model`); a
+    value it cannot read (deeper, or an object without attributes that is not a plain value)
+    leaves ``complete`` False and those guards in place."""
 
     def __init__(self, model: nn.Module) -> None:
-        objects: list = []
+        self.objects: list = []  # held weakly once stored (hold()); compared by identity
+        self.pinned: list = []  # objects without weak references (builtins): held, by identity
         facts: list = []
         for name, t in (*model.named_parameters(), *model.named_buffers()):
-            objects.append(t)
+            self.objects.append(t)
             facts.append((name, t.shape, t.stride(), t.dtype, t.device, t.requires_grad))
-        for name, m in model.named_modules():
-            objects.append(m)
+        modules = list(model.named_modules())
+        self._own = {id(m) for _, m in modules}
+        for name, m in modules:
+            self.objects.append(m)
             hooks = (tuple(m._forward_pre_hooks), tuple(m._forward_hooks))
             facts.append((name, type(m), m.training, hooks))
-        self.objects = objects  # dropped once the assumptions are stored (hold())
         self.refs: list[weakref.ref] = []
+        self.complete = True
+        try:
+            facts.extend(self._attributes(m) for _, m in modules)
+        except _Unread:
+            self.complete = False
         self.facts = tuple(facts)
+        del self._own
+
+    def _attributes(self, module: nn.Module) -> tuple:
+        """The facts of ``module``'s attributes beyond its parameters, buffers and children
+        (which __init__ reads): its hook dictionaries by handle ids, the rest by value."""
+        out = []
+        for key, value in vars(module).items():
+            if key in ("_parameters", "_buffers", "_modules"):
+                out.append((key, tuple(value)))  # the names (None entries too: a bias of None)
+            elif key.endswith(_HOOKS) and isinstance(value, dict):
+                out.append((key, tuple(value)))
+            else:
+                out.append((key, self._fact(value, _DEPTH)))
+        return tuple(out)
+
+    def _fact(self, value, depth: int):
+        """A comparable fact of ``value``; its objects go to ``objects`` (weakly held later)
+        or ``pinned``. Raises :class:`_Unread` beyond ``depth`` or for values it cannot read."""
+        if value is None or isinstance(value, _PLAIN):
+            return value if not isinstance(value, float) else ("float", repr(value))
+        if depth == 0:
+            raise _Unread
+        if isinstance(value, torch.Tensor):
+            self.objects.append(value)
+            facts = (value.shape, value.stride(), value.dtype, value.device, value.requires_grad)
+            return ("tensor", *facts)
+        if isinstance(value, nn.Module):
+            self._keep(value)
+            if id(value) in self._own:  # read as one of the model's modules
+                return ("module",)
+            return ("module", type(value), self._fact(vars(value), depth - 1))
+        if isinstance(value, (tuple, list, frozenset, set)):
+            items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
+            return (type(value), tuple(self._fact(v, depth - 1) for v in items))
+        if isinstance(value, dict):
+            return (type(value), tuple((self._fact(k, depth - 1), self._fact(v, depth - 1))
+                                       for k, v in value.items()))  # fmt: skip
+        if isinstance(value, weakref.ref):
+            target = value()
+            return ("weakref", None if target is None else self._fact(target, depth - 1))
+        if isinstance(value, types.MethodType):
+            return ("method", self._fact(value.__func__, depth - 1),
+                    self._fact(value.__self__, depth - 1))  # fmt: skip
+        if isinstance(value, types.FunctionType):  # by its code, as dynamo's guards: the
+            self._keep(value.__code__)  # packed products' closures are made anew each call
+            cells = []
+            for cell in value.__closure__ or ():
+                try:
+                    cells.append(self._fact(cell.cell_contents, depth - 1))
+                except ValueError:  # an empty cell
+                    cells.append(("empty",))
+            return ("function", tuple(cells), self._fact(value.__defaults__, depth - 1))
+        if (
+            isinstance(value, (types.BuiltinFunctionType, type))
+            or callable(value)
+            and not hasattr(value, "__dict__")
+        ):
+            self._keep(value)  # builtins, classes, torch's ops: by identity
+            return ("callable",)
+        if hasattr(value, "__dict__"):
+            self._keep(value)
+            return ("object", type(value), self._fact(vars(value), depth - 1))
+        raise _Unread
+
+    def _keep(self, obj) -> None:
+        try:
+            weakref.ref(obj)
+        except TypeError:
+            self.pinned.append(obj)
+        else:
+            self.objects.append(obj)
 
     def hold(self) -> _Assumptions:
-        """Keep weak references only (a strong one would keep the model alive)."""
+        """Keep weak references only (a strong one would keep the model alive; ``pinned``
+        holds builtins and classes, which do not)."""
         self.refs = [weakref.ref(o) for o in self.objects]
         self.objects = []
         return self
@@ -224,7 +336,12 @@ class _Assumptions:
             self.facts == now.facts
             and len(self.refs) == len(now.objects)
             and all(ref() is obj for ref, obj in zip(self.refs, now.objects, strict=True))
+            and len(self.pinned) == len(now.pinned)
+            and all(a is b for a, b in zip(self.pinned, now.pinned, strict=True))
         )
+
+
+_PLAIN = (bool, int, float, complex, str, bytes, torch.dtype, torch.device, enum.Enum)
 
 
 def compiled_step(model: nn.Module) -> Callable:
@@ -243,10 +360,9 @@ def compiled_step(model: nn.Module) -> Callable:
     with _LOCK:
         entry = _COMPILED.get(model)
         if entry is None or not entry[0].still(now):
-            step = torch.compile(
-                _new_step(),
-                dynamic=True,
-                options={"guard_filter_fn": _skip_guards_on_the_models_modules},
+            guards = (
+                _skip_guards_on_the_model if now.complete else _skip_guards_on_the_models_modules
             )
+            step = torch.compile(_new_step(), dynamic=True, options={"guard_filter_fn": guards})
             entry = _COMPILED[model] = (now.hold(), step)
     return entry[1]
