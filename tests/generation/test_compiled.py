@@ -90,11 +90,16 @@ def test_compiled_steps_read_weights_changed_in_place():
     config = GenerationConfig(max_new_tokens=20, eos_ids=(), logprobs=True)
     fast = GenerationConfig(**{**vars(config), "compile": True})
     before = generate(model, PROMPTS[:2], fast)
+    step = compiled_module._COMPILED[model][1]
+    assert generate(model, PROMPTS[:2], fast).tokens == before.tokens
+    assert compiled_module._COMPILED[model][1] is step  # unchanged: the same step
     with torch.no_grad():
         model.blocks.layers[1].attn_block.norm.weight.mul_(-2.5)
         model.blocks.layers[0].ffn.linear2.weight.mul_(3.0)
     eager = generate(model, PROMPTS[:2], config)
     after = generate(model, PROMPTS[:2], fast)
+    # weights changed in place (its packed product remade) keep the step and its graphs
+    assert compiled_module._COMPILED[model][1] is step
     assert eager.logprobs != before.logprobs  # the change matters
     assert after.tokens == eager.tokens
     for ours, ref in zip(after.logprobs, eager.logprobs, strict=True):
@@ -142,6 +147,13 @@ def test_a_changed_attribute_of_a_layer_is_compiled_again():
     assert after.logprobs != before.logprobs  # the attribute matters
 
 
+def test_a_compiled_step_refuses_another_models_layers():
+    model, other = tiny_llama_gpt(), tiny_llama_gpt()
+    step = compiled_module.compiled_step(model)
+    with pytest.raises(ValueError, match="made for another model"):
+        step(other._run)
+
+
 def test_an_attribute_it_cannot_read_keeps_dynamos_guards():
     model = tiny_llama_gpt()
     model.blocks.layers[0].note = object()  # no attributes of its own, not a plain value
@@ -166,7 +178,11 @@ def test_assumptions_read_closures_by_code_and_contents_and_hold_the_model_weakl
     linear.forward = make(weight)
     assert first.still(compiled_module._Assumptions(model))  # same code, same tensor
     linear.forward = make(torch.zeros(1))
-    assert not first.still(compiled_module._Assumptions(model))  # another tensor
+    assert first.still(compiled_module._Assumptions(model))  # a tensor alike (a graph input)
+    linear.forward = make(torch.zeros(2))
+    assert not first.still(compiled_module._Assumptions(model))  # another shape
+    linear.forward = make(torch.zeros(1, dtype=torch.float64))
+    assert not first.still(compiled_module._Assumptions(model))  # another dtype
     del linear.forward
     ref = weakref.ref(model)
     del model, linear

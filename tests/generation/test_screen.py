@@ -4,6 +4,8 @@ rows they cannot decide), when they apply, and greedy generation through them ag
 Face's. Tests that take the ``kind`` fixture run for both kinds; those about float16's own
 rounding take ``float16``; the rest use the default kind (int8 where FBGEMM's int8 runs)."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -563,7 +565,7 @@ def test_an_int8_screen_that_cannot_decide_gives_way_to_float16():
         assert screen.greedy_tokens(head, x) is None
     assert screen.screen(head) is first  # kept while fewer than GIVE_UP_UNDECIDED of a window
     assert screen.greedy_tokens(head, x) is None
-    assert first.given_up
+    assert first.given_up and not screen.ready(head)  # the float16 one is still to be made
     assert screen.greedy_tokens(head, x).tolist() == [0]  # float16 decides it
     assert screen.screen(head).kind == "float16"
 
@@ -590,3 +592,37 @@ def test_a_forced_int8_screen_is_kept_however_often_it_cannot_decide(monkeypatch
     for _ in range(screen.GIVE_UP_UNDECIDED + 1):
         assert screen.greedy_tokens(head, x) is None
     assert first.given_up and screen.screen(head) is first
+
+
+def test_inputs_no_kind_can_take_do_not_count_toward_giving_up():
+    if not packed.int8_available():
+        pytest.skip("FBGEMM's int8 product does not run here")
+    head = _head()
+    x = torch.randn(1, 64)
+    x[0, 3] = float("nan")
+    for _ in range(screen.GIVE_UP_UNDECIDED + 1):
+        assert screen.greedy_tokens(head, x) is None
+    assert screen.screen(head).kind == "int8" and not screen.screen(head).given_up
+
+
+@pytest.mark.parametrize("inputs", KINDS)
+@pytest.mark.parametrize("rows", [1, 8])
+def test_the_int8_step_is_at_least_the_one_torch_quantizes_with(inputs, rows):
+    """The bound takes the inputs' quantization step from their range; torch's own dynamic
+    quantization (the rule FBGEMM's product applies, reduce_range) must not pick a larger
+    one for the same (scaled) inputs."""
+    if not packed.int8_available():
+        pytest.skip("FBGEMM's int8 product does not run here")
+    found = screen.Int8Screen(_head().weight, None)
+    x = _inputs(inputs, rows, 64, torch.Generator().manual_seed(15))
+    power = screen._power(x.numpy())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (torch deprecates quantized tensors)
+        torch_step = torch.quantize_per_tensor_dynamic(x * power, torch.quint8, True).q_scale()
+    assert torch_step / power <= found.input_step(x.numpy()) <= torch_step / power * 1.001
+
+
+def test_weights_beyond_the_int8_bounds_assumptions_are_not_fitted():
+    assert not screen.Int8Screen.fits(torch.zeros(1, 2**31 // (127 * 128) + 1), None)
+    assert not screen.Int8Screen.fits(torch.full((2, 64), 2.0**120), None)
+    assert screen.Int8Screen.fits(torch.full((2, 64), 2.0**100), None)

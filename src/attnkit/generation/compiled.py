@@ -224,12 +224,15 @@ class _Assumptions:
     class, training flag and hooks (by handle id, which torch never reuses).
 
     It also reads every module's other attributes (``complete``): plain values by value
-    (numbers, strings, dtypes, devices, None), containers item by item, tensors and modules by
-    identity and facts, functions by their code and what their closures hold, other objects by
-    identity and their attributes, to :data:`_DEPTH` levels. Where that covers everything, the
-    step skips dynamo's guards on the model altogether (:func:`_skip_guards_on_the_model`); a
-    value it cannot read (deeper, or an object without attributes that is not a plain value)
-    leaves ``complete`` False and those guards in place."""
+    (numbers, strings, dtypes, devices, None), containers item by item, modules by identity,
+    tensors by their facts and which of the others they are (not by identity, as dynamo's
+    guards: the packed products' closures hold tensors remade when a weight changes in place),
+    functions by their code and what their closures hold, other objects by identity and their
+    attributes, to :data:`_DEPTH` levels. Where that covers everything, the step skips
+    dynamo's guards on the model altogether (:func:`_skip_guards_on_the_model`); a value it
+    cannot read (deeper, or an object without attributes that is not a plain value) leaves
+    ``complete`` False: then only the built-in modules' guards are skipped (dynamo keeps
+    checking the rest), and their attributes are still read here."""
 
     def __init__(self, model: nn.Module) -> None:
         self.objects: list = []  # held weakly once stored (hold()); compared by identity
@@ -245,13 +248,11 @@ class _Assumptions:
             hooks = (tuple(m._forward_pre_hooks), tuple(m._forward_hooks))
             facts.append((name, type(m), m.training, hooks))
         self.refs: list[weakref.ref] = []
-        self.complete = True
-        try:
-            facts.extend(self._attributes(m) for _, m in modules)
-        except _Unread:
-            self.complete = False
+        self.complete = True  # (an attribute it cannot read clears it: _attributes)
+        self._seen: dict[int, int] = {}  # id of a tensor read by value -> its first index
+        facts.extend(self._attributes(m) for _, m in modules)
         self.facts = tuple(facts)
-        del self._own
+        del self._own, self._seen
 
     def _attributes(self, module: nn.Module) -> tuple:
         """The facts of ``module``'s attributes beyond its parameters, buffers and children
@@ -263,7 +264,13 @@ class _Assumptions:
             elif key.endswith(_HOOKS) and isinstance(value, dict):
                 out.append((key, tuple(value)))
             else:
-                out.append((key, self._fact(value, _DEPTH)))
+                mark = (len(self.objects), len(self.pinned))
+                try:
+                    out.append((key, self._fact(value, _DEPTH)))
+                except Exception:  # _Unread, or a tensor without strides (sparse): dynamo's
+                    del self.objects[mark[0] :], self.pinned[mark[1] :]  # guards keep it
+                    self.complete = False  # (not held: it might hold the model)
+                    out.append((key, ("unread", type(value))))
         return tuple(out)
 
     def _fact(self, value, depth: int):
@@ -273,10 +280,11 @@ class _Assumptions:
             return value if not isinstance(value, float) else ("float", repr(value))
         if depth == 0:
             raise _Unread
-        if isinstance(value, torch.Tensor):
-            self.objects.append(value)
+        if isinstance(value, torch.Tensor):  # by its facts and which others it is, as dynamo's
+            # guards: the packed products' closures hold tensors remade when a weight changes
+            first = self._seen.setdefault(id(value), len(self._seen))
             facts = (value.shape, value.stride(), value.dtype, value.device, value.requires_grad)
-            return ("tensor", *facts)
+            return ("tensor", *facts, first)
         if isinstance(value, nn.Module):
             self._keep(value)
             if id(value) in self._own:  # read as one of the model's modules
@@ -319,7 +327,7 @@ class _Assumptions:
         try:
             weakref.ref(obj)
         except TypeError:
-            self.pinned.append(obj)
+            self.pinned.append(obj)  # (builtins, classes, code: they do not hold the model)
         else:
             self.objects.append(obj)
 
@@ -364,5 +372,21 @@ def compiled_step(model: nn.Module) -> Callable:
                 _skip_guards_on_the_model if now.complete else _skip_guards_on_the_models_modules
             )
             step = torch.compile(_new_step(), dynamic=True, options={"guard_filter_fn": guards})
-            entry = _COMPILED[model] = (now.hold(), step)
+            entry = _COMPILED[model] = (now.hold(), _for_model(model, step))
     return entry[1]
+
+
+def _for_model(model: nn.Module, step: Callable) -> Callable:
+    """``step``, refusing another model's layers: its graphs skip dynamo's guards on the
+    model, which would have told a model of another structure apart."""
+    owner = weakref.ref(model)
+
+    def checked(run, *args):
+        if getattr(run, "__self__", None) is not owner():
+            raise ValueError(
+                "compiled step: made for another model; take compiled_step(model) of the model "
+                "whose layers it runs"
+            )
+        return step(run, *args)
+
+    return checked

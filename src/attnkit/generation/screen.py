@@ -220,8 +220,9 @@ class Screen:
         return 0.0
 
     def record(self, decided: bool) -> None:
-        """Count a call of :meth:`tokens` (via :func:`greedy_tokens`) that did or did not
-        decide (the float16 screen keeps no count: it is the last kind)."""
+        """Count a call of :meth:`tokens` that did or did not decide for its candidates (not
+        for inputs it cannot take, which no kind decides); the float16 screen keeps no count:
+        it is the last kind."""
 
     # -- the token
 
@@ -262,6 +263,7 @@ class Screen:
         reach32 = np.nextafter(reach.astype(np.float32), np.float32(-np.inf))  # rounded down
         flat = np.flatnonzero(a >= reach32[:, None])  # (C,) row-major, ids ascending
         if flat.size == m:  # one candidate a row (each row has its best): the argmax
+            self.record(True)
             return torch.from_numpy(best.astype(np.int64))  # (M,)
         rows, ids = np.divmod(flat, a.shape[1])  # (C,) each
         if flat.size > MAX_CANDIDATES:  # keep those whose own bound reaches floor
@@ -269,7 +271,9 @@ class Screen:
             rows, ids = rows[keep], ids[keep]
         counts = np.bincount(rows, minlength=m)  # (M,) each at least 1
         if counts.max() > MAX_CANDIDATES:
+            self.record(False)
             return None
+        self.record(True)
         exact = np.einsum("cn,cn->c", weight.detach().numpy()[ids], xs[rows])  # (C,) float32
         if bias is not None:
             exact = exact + bias.detach().numpy()[ids]
@@ -364,12 +368,19 @@ class Int8Screen(Screen):
     @classmethod
     def fits(cls, weight: Tensor, bias: Tensor | None) -> bool:
         """Finite weights (and bias) whose rows are zero or large enough that no product of
-        scales FBGEMM makes is subnormal (every row's largest weight at least 2^-70)."""
+        scales FBGEMM makes is subnormal (every row's largest weight at least 2^-70), with at
+        most 2^31 / (127 x 128) inputs (FBGEMM's 32-bit integer sums cannot overflow), and
+        weights below 2^124 / n (products of the inputs as FBGEMM takes them, below 2 each,
+        cannot overflow before they are scaled back)."""
         w = weight.detach()
+        n = w.shape[1]
+        if n > 2**31 // (127 * 128):
+            return False
         if not bool(torch.isfinite(w).all()) or not _finite(bias):
             return False
         largest = w.abs().amax(dim=1)
-        return bool(((largest == 0) | (largest >= 2.0**-70)).all())
+        fine = (largest == 0) | ((largest >= 2.0**-70) & (largest * n < 2.0**124))
+        return bool(fine.all())
 
 
 def screen(head: nn.Module) -> Screen | None:
@@ -432,7 +443,12 @@ def served(head: nn.Module, rows: int) -> bool:
 def ready(head: nn.Module) -> bool:
     """Whether ``head``'s screen is made and current (then using it costs nothing more)."""
     entry = _SCREENS.get(head)
-    return entry is not None and entry[1] is not None and entry[0] == _key(head)
+    return (
+        entry is not None
+        and entry[1] is not None
+        and entry[0] == _key(head)
+        and not _given_up(entry[1])  # (the next kind is still to be made)
+    )
 
 
 def _key(head: nn.Linear) -> tuple:
@@ -475,9 +491,7 @@ def greedy_tokens(head: nn.Module, hidden: Tensor) -> Tensor | None:
         return None
     # no autograd; NaN or inf from a non-finite input is found and answered by None
     with torch.no_grad(), np.errstate(invalid="ignore", over="ignore"):
-        tokens = found.tokens(hidden, head.weight, head.bias)
-    found.record(tokens is not None)
-    return tokens
+        return found.tokens(hidden, head.weight, head.bias)
 
 
 def release(module: nn.Module) -> None:
