@@ -21,6 +21,11 @@ pytestmark = pytest.mark.skipif(not screen.available(), reason="no FBGEMM int8 o
 
 VOCAB = 5000  # at least screen.MIN_OUTPUTS
 RUNS = {"int8": packed.int8_available, "float16": packed.float16_available}
+# FBGEMM runs on x86 CPUs with AVX2 (every machine CI lands on); elsewhere these tests say why
+needs_int8 = pytest.mark.skipif(not RUNS["int8"](), reason="FBGEMM's int8 product does not run")
+needs_float16 = pytest.mark.skipif(
+    not RUNS["float16"](), reason="FBGEMM's float16 product does not run"
+)
 
 
 @pytest.fixture(params=["int8", "float16"])
@@ -122,11 +127,10 @@ def _bound(found: screen.Screen, x: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("n_in", [64, 768, 4096])
+@needs_int8
 def test_the_int8_bound_holds_at_model_widths(n_in):
     """Hidden states of real models' widths and an input with a large range: the one input
     step of FBGEMM's quantization, the rounding of its 32-bit sums, at the sizes it runs."""
-    if not packed.int8_available():
-        pytest.skip("FBGEMM's int8 product does not run here")
     head = _head(n_in=n_in, seed=11, vocab=screen.MIN_OUTPUTS)
     found = screen.Int8Screen(head.weight, None)
     gen = torch.Generator().manual_seed(12)
@@ -231,9 +235,8 @@ def test_weights_float16_cannot_hold_get_no_screen(float16):
     assert screen.screen(head) is None
 
 
+@needs_int8
 def test_weights_int8_holds_and_float16_does_not_get_an_int8_screen():
-    if not packed.int8_available():
-        pytest.skip("FBGEMM's int8 product does not run here")
     head = _head()
     with torch.no_grad():
         head.weight[3, 3] = 1e5
@@ -243,11 +246,10 @@ def test_weights_int8_holds_and_float16_does_not_get_an_int8_screen():
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), 1e-30])
+@needs_int8
 def test_weights_the_int8_bound_cannot_hold_take_the_float16_screen(value):
     """Not finite weights (no screen) and rows so small that FBGEMM's scales would multiply
     into float32's subnormal range (float16)."""
-    if not packed.int8_available():
-        pytest.skip("FBGEMM's int8 product does not run here")
     head = _head()
     with torch.no_grad():
         head.weight[5] = 0.0
@@ -342,11 +344,10 @@ def test_the_kernel_rounds_weights_to_float16_as_the_bound_assumes(float16):
     assert torch.equal(unpacked.float(), w.half().float())
 
 
+@needs_int8
 def test_the_int8_kernel_holds_the_integers_and_scales_the_bound_assumes():
     """The bound's copy is q_j s_j (q_j in [-127, 127], s_j = max |w_j| / 127, 1 for a zero
     row); FBGEMM's packed weight must hold exactly those integers and float32 scales."""
-    if not packed.int8_available():
-        pytest.skip("FBGEMM's int8 product does not run here")
     torch.manual_seed(13)
     w = torch.randn(4096, 64) * 0.02
     w[0] = 0.0
@@ -554,9 +555,9 @@ def _flat_head() -> tuple[nn.Linear, torch.Tensor]:
     return head, first[None].clone()
 
 
+@needs_int8
+@needs_float16
 def test_an_int8_screen_that_cannot_decide_gives_way_to_float16():
-    if not (packed.int8_available() and packed.float16_available()):
-        pytest.skip("FBGEMM's int8 and float16 products do not both run here")
     head, x = _flat_head()
     assert _argmax32(head, x) == [0]
     first = screen.screen(head)
@@ -570,9 +571,8 @@ def test_an_int8_screen_that_cannot_decide_gives_way_to_float16():
     assert screen.screen(head).kind == "float16"
 
 
+@needs_int8
 def test_an_int8_screen_counts_its_undecided_calls_per_window():
-    if not packed.int8_available():
-        pytest.skip("FBGEMM's int8 product does not run here")
     found = screen.Int8Screen(_head().weight, None)
     for _ in range(3):  # a window with one call short of giving up, three times over
         for call in range(screen.GIVE_UP_WINDOW):
@@ -583,9 +583,8 @@ def test_an_int8_screen_counts_its_undecided_calls_per_window():
     assert found.given_up
 
 
+@needs_int8
 def test_a_forced_int8_screen_is_kept_however_often_it_cannot_decide(monkeypatch):
-    if not packed.int8_available():
-        pytest.skip("FBGEMM's int8 product does not run here")
     monkeypatch.setattr(screen, "KIND", "int8")
     head, x = _flat_head()
     first = screen.screen(head)
@@ -594,9 +593,8 @@ def test_a_forced_int8_screen_is_kept_however_often_it_cannot_decide(monkeypatch
     assert first.given_up and screen.screen(head) is first
 
 
+@needs_int8
 def test_inputs_no_kind_can_take_do_not_count_toward_giving_up():
-    if not packed.int8_available():
-        pytest.skip("FBGEMM's int8 product does not run here")
     head = _head()
     x = torch.randn(1, 64)
     x[0, 3] = float("nan")
@@ -607,12 +605,11 @@ def test_inputs_no_kind_can_take_do_not_count_toward_giving_up():
 
 @pytest.mark.parametrize("inputs", KINDS)
 @pytest.mark.parametrize("rows", [1, 8])
+@needs_int8
 def test_the_int8_step_is_at_least_the_one_torch_quantizes_with(inputs, rows):
     """The bound takes the inputs' quantization step from their range; torch's own dynamic
     quantization (the rule FBGEMM's product applies, reduce_range) must not pick a larger
     one for the same (scaled) inputs."""
-    if not packed.int8_available():
-        pytest.skip("FBGEMM's int8 product does not run here")
     found = screen.Int8Screen(_head().weight, None)
     x = _inputs(inputs, rows, 64, torch.Generator().manual_seed(15))
     power = screen._power(x.numpy())

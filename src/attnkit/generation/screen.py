@@ -320,14 +320,15 @@ class Int8Screen(Screen):
         least :data:`GIVE_UP_UNDECIDED` were left to the logits: a model whose logits are
         flatter than the int8 bound can tell apart then takes the float16 screen
         (:func:`screen`), whose bound is about a tenth as wide."""
-        self._calls = getattr(self, "_calls", 0) + 1
-        self._undecided = getattr(self, "_undecided", 0) + (not decided)
+        self._calls += 1
+        self._undecided += not decided
         if self._undecided >= GIVE_UP_UNDECIDED:
             self.given_up = True
         elif self._calls >= GIVE_UP_WINDOW:
             self._calls = self._undecided = 0
 
     def _prepare(self, w: Tensor) -> None:
+        self._calls = self._undecided = 0  # this window's calls (record)
         largest = w.abs().amax(dim=1)  # (V,)
         # a zero row's scale is 1 (its integers are 0); :meth:`fits` refuses tiny scales
         self.scales = torch.where(largest > 0, largest / 127, torch.ones_like(largest))  # (V,)
