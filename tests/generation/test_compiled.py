@@ -13,6 +13,7 @@ from torch._dynamo.utils import counters
 
 from attnkit.generation import GenerationConfig, generate, generate_steps
 from attnkit.generation import compiled as compiled_module
+from attnkit.generation import packed as packed_module
 from tests.helpers.generation import load_pair, tiny_llama_gpt
 
 # Left-padded in one batch: the compiled steps see a key mask and several rows.
@@ -113,6 +114,76 @@ def _same_generation(model, prompts, config):
     for ours, ref in zip(fast.logprobs, eager.logprobs, strict=True):
         torch.testing.assert_close(torch.tensor(ours), torch.tensor(ref), rtol=0, atol=1e-5)
     return eager
+
+
+def _counted(monkeypatch, name: str) -> list:
+    """Replace ``packed_module.<name>`` by a wrapper that appends to the returned list."""
+    calls: list = []
+    original = getattr(packed_module, name)
+
+    def counting(*args, **kwargs):
+        calls.append(name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(packed_module, name, counting)
+    return calls
+
+
+@pytest.mark.skipif(
+    not packed_module.float16_available(), reason="this torch has no FBGEMM float16 product"
+)
+def test_compiled_steps_take_the_float16_copies_of_bfloat16_weights(monkeypatch):
+    # Where oneDNN has no bfloat16 kernels (an AVX2 CPU, made here by the flag), one bfloat16
+    # row is multiplied by an exact float16 copy of the weight, made and counted in Python:
+    # a compiled step calls that path as one operator, once a product, as eager steps do.
+    monkeypatch.setattr(packed_module, "_ONEDNN_BF16", False)
+    monkeypatch.setattr(packed_module, "HALF_MIN_SIDE", 1)  # the tiny model's weights too
+    monkeypatch.setattr(packed_module, "HALF_AFTER_ROWS", 1)  # a copy from the first row
+    made = _counted(monkeypatch, "_make_half")
+    rows = _counted(monkeypatch, "_one_bf16_row")
+    model = tiny_llama_gpt().to(torch.bfloat16)
+    config = GenerationConfig(max_new_tokens=12, eos_ids=())
+    generate(model, [[5, 6, 7]], config)
+    eager_rows = len(rows)
+    assert eager_rows >= 12 * 2 * 4 and made  # 12 steps x 2 layers x 4 products, copies made
+    rows.clear()
+    counters.clear()
+    generate(model, [[5, 6, 7]], GenerationConfig(**{**vars(config), "compile": True}))
+    assert counters["stats"]["unique_graphs"] >= 1 and not counters["graph_break"]
+    assert len(rows) == eager_rows  # every product of every compiled step took the path
+    # (their tokens leave eager ones within a few steps, as bfloat16 steps compiled or not do)
+    # In a graph, the operator gives what the path gives eagerly, F.linear to bfloat16 rounding.
+    layer = model.blocks.layers[0].ffn.linear2
+    packed = packed_module.packed_weight(layer)
+    assert packed is not None and packed.dtype == torch.float32  # bfloat16 packed in float32
+    x = torch.randn(1, 1, layer.in_features).to(torch.bfloat16)
+    with torch.no_grad():
+        eager_row = packed_module.linear(x, layer, packed)
+        compiled_row = torch.compile(packed_module.linear, fullgraph=True)(x, layer, packed)
+        reference = torch.nn.functional.linear(x.float(), layer.weight.float(), layer.bias)
+    assert torch.equal(compiled_row, eager_row)
+    torch.testing.assert_close(compiled_row.float(), reference, rtol=2**-7, atol=1e-6)
+
+
+def test_compiled_steps_take_the_row_major_copies_where_mkl_is_generic(monkeypatch):
+    # Where MKL runs generic code (AMD, made here by the flags), one float32 row is multiplied
+    # by a row-major copy of the weight made in Python: the same in a compiled step.
+    monkeypatch.setattr(packed_module, "_MKL_GENERIC", True)
+    monkeypatch.setattr(packed_module, "_MKL_GEMV", False)
+    copies = _counted(monkeypatch, "_row_major")
+    model = tiny_llama_gpt()
+    config = GenerationConfig(max_new_tokens=12, eos_ids=(), logprobs=True)
+    eager = generate(model, [[5, 6, 7]], config)
+    eager_copies = len(copies)
+    assert eager_copies >= 12 * 2 * 4
+    copies.clear()
+    counters.clear()
+    fast = generate(model, [[5, 6, 7]], GenerationConfig(**{**vars(config), "compile": True}))
+    assert counters["stats"]["unique_graphs"] >= 1 and not counters["graph_break"]
+    assert len(copies) == eager_copies  # every product of every compiled step took the path
+    assert fast.tokens == eager.tokens
+    for ours, ref in zip(fast.logprobs, eager.logprobs, strict=True):
+        torch.testing.assert_close(torch.tensor(ours), torch.tensor(ref), rtol=0, atol=1e-5)
 
 
 def test_a_layer_replaced_by_one_with_a_bias_is_compiled_again():

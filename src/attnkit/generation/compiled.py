@@ -53,10 +53,11 @@ Costs and limits:
   inputs and computes such calls again on the readable path (:mod:`attnkit.attention`); a
   compiled step does not read its results back, so non-finite hidden states propagate as the
   fused kernel has them (torch's CPU kernel can turn a row of NaN scores into zeros).
-* Measured on the Intel Xeon with AMX only (docs/benchmarks.md): there the one-row products
-  take the same packed weights as in eager steps. On other CPUs a compiled step gives up two
-  eager one-row paths that are made in Python (the float16 copies of bfloat16 weights on an
-  AVX2 CPU, MKL's row-major copies on AMD), so it can be slower than an eager one there.
+* Measured on the Intel Xeon with AMX, natively and with its kernels capped at AVX2 or at
+  AVX-512 without AMX (docs/benchmarks.md); not yet on the AMD EPYCs. The one-row products
+  take the paths of eager steps, the two made in Python too (the float16 copies of bfloat16
+  weights on an AVX2 CPU, the row-major copies where MKL is generic): each enters the graph
+  as one operator of attnkit's own (``torch.ops.attnkit.one_row_product``).
 * The hardware rules of :mod:`attnkit.hardware` that pick attention paths are read when a
   graph is made.
 * Inductor's on-disk cache does not tell apart what it built under the settings that cap the

@@ -489,10 +489,34 @@ def _product(
         return F.relu(out) if relu else out
     if int8:
         return _int8_product(x, packed, relu)
-    # While torch.compile traces a step (attnkit.generation.compiled), one row takes the packed
-    # weight as several do: the copies below are made and counted in Python, outside a graph.
     compiling = torch.compiler.is_dynamo_compiling()
-    if _MKL_GENERIC and x.dtype == torch.float32 and x.numel() == x.shape[-1] and not compiling:
+    if x.numel() == x.shape[-1] and (
+        packed.dtype != x.dtype  # bfloat16 computed in float32 (_bf16_in_float32)
+        or (_MKL_GENERIC and x.dtype == torch.float32)
+    ):  # one row, on a path made in Python: one operator of its own in a compiled step
+        if compiling:
+            return _one_row_product(x, weight, bias, packed, relu, openblas)
+        return _one_row(x, weight, bias, packed, relu, openblas)
+    # oneDNN applies the ReLU to the float accumulators before rounding to the output dtype,
+    # the same values as rounding first (ReLU keeps the sign), in one pass fewer.
+    attr = "relu" if relu else "none"
+    run = _packed_product if compiling else _onednn_product
+    if packed.dtype != x.dtype:  # bfloat16 computed in float32 (_bf16_in_float32)
+        wide = None if bias is None else bias.float()
+        return run(x.float(), packed, wide, attr).to(x.dtype)  # (..., out)
+    return run(x, packed, bias, attr)  # (..., out)
+
+
+def _one_row(
+    x: Tensor, weight: Tensor, bias: Tensor | None, packed: Tensor, relu: bool, openblas: bool
+) -> Tensor:
+    """The one-row products of :func:`linear` that are made in Python (the copies are made and
+    counted here): a bfloat16 row on a weight packed in float32 (:func:`_one_bf16_row`), or a
+    float32 row where MKL runs generic code (the weight's row-major copy, through OpenBLAS or
+    MKL). x: (..., in) holding one row; returns (..., out), then ReLU with ``relu``."""
+    if packed.dtype != x.dtype:
+        out = _one_bf16_row(x, weight, bias, packed)
+    else:
         row = x.reshape(1, x.shape[-1])  # (1, in)
         wt, wt_array = _row_major(packed, weight)  # (in, out)
         if openblas and blas.takes(weight):
@@ -500,18 +524,7 @@ def _product(
         else:
             out = row @ wt if bias is None else torch.addmm(bias, row, wt)  # (1, out): MKL
         out = out.view(*x.shape[:-1], -1)
-        return F.relu(out) if relu else out
-    # oneDNN applies the ReLU to the float accumulators before rounding to the output dtype,
-    # the same values as rounding first (ReLU keeps the sign), in one pass fewer.
-    attr = "relu" if relu else "none"
-    run = _packed_product if compiling else _onednn_product
-    if packed.dtype != x.dtype:  # bfloat16 computed in float32 (_bf16_in_float32)
-        if x.numel() == x.shape[-1] and not compiling:  # one row: half the bytes (_one_bf16_row)
-            out = _one_bf16_row(x, weight, bias, packed)
-            return F.relu(out) if relu else out
-        wide = None if bias is None else bias.float()
-        return run(x.float(), packed, wide, attr).to(x.dtype)  # (..., out)
-    return run(x, packed, bias, attr)  # (..., out)
+    return F.relu(out) if relu else out
 
 
 def _onednn_product(x: Tensor, packed: Tensor, bias: Tensor | None, attr: str) -> Tensor:
@@ -535,6 +548,25 @@ _packed_product = torch.ops.attnkit.packed_product.default
 @torch.library.register_fake("attnkit::packed_product")
 def _(x: Tensor, packed: Tensor, bias: Tensor | None, attr: str) -> Tensor:
     return x.new_empty((*x.shape[:-1], packed.shape[0]))  # (..., out)
+
+
+# :func:`_one_row` as an operator for torch.compile: dynamo cannot trace the copies it makes and
+# counts in Python, so a compiled step calls it whole, as eager steps do (the float16 copies of
+# bfloat16 weights on an AVX2 CPU, the row-major copies where MKL is generic).
+_LIB.define(
+    "one_row_product(Tensor x, Tensor weight, Tensor? bias, Tensor packed, bool relu, "
+    "bool openblas) -> Tensor"
+)
+for _key_name in ("CPU", "MkldnnCPU"):
+    _LIB.impl("one_row_product", _one_row, _key_name)
+_one_row_product = torch.ops.attnkit.one_row_product.default
+
+
+@torch.library.register_fake("attnkit::one_row_product")
+def _(
+    x: Tensor, weight: Tensor, bias: Tensor | None, packed: Tensor, relu: bool, openblas: bool
+) -> Tensor:
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))  # (..., out), x's dtype
 
 
 @contextmanager
