@@ -31,8 +31,8 @@ Every setting starts with a warm-up call per side; then ``--rounds`` rounds in w
 take turns (the first side rotating), so that load from other processes slows every side
 alike. Printed: medians of each side and the median over rounds of the per-round ratio (wall
 clock) and of the ratio of CPU seconds per token (steadier on a loaded machine). One thread by
-default (``--threads``). ``--profile`` adds a torch.profiler table of one batch-1 call per side
-(where the time goes). ``--compile`` adds a third side to part 2, attnkit with its one-token
+default (``--threads``). ``--profile`` adds a torch.profiler table of one call per side and
+batch size of ``--batches`` (where the time goes). ``--compile`` adds a third side to part 2, attnkit with its one-token
 steps compiled (``GenerationConfig(compile=True)``, ``attnkit.generation.compiled``), in a row
 of its own against the same Hugging Face rounds; its warm-up call compiles.
 
@@ -234,8 +234,8 @@ def compare_hf(args, folder: str) -> list[str]:
                     f"{cpu:.2f}x | {verdict(wall, HF_TARGET)} | {same} |",
                     flush=True,
                 )
-            if args.profile and batch == 1:
-                profile(sides, f"{dtype_name}, batch 1")
+            if args.profile:
+                profile(sides, f"{dtype_name}, batch {batch}")
         del hf, gpt
     return failures
 
@@ -261,7 +261,9 @@ def main() -> None:
     parser.add_argument("--gqa-new-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3, help="timed calls per side and setting")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
-    parser.add_argument("--profile", action="store_true", help="part 2: profile batch 1")
+    parser.add_argument(
+        "--profile", action="store_true", help="part 2: profile one call per side and batch"
+    )
     parser.add_argument(
         "--compile",
         action="store_true",
