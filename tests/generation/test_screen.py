@@ -193,6 +193,47 @@ def test_exact_ties_pick_the_first_id_as_argmax_does(kind):
     assert screen.greedy_tokens(head, x).tolist() == [10] == _argmax32(head, x)
 
 
+def _argmax_bf16(head: nn.Linear, x: torch.Tensor) -> list[int]:
+    """The greedy tokens of a bfloat16 head, independently: its logits in float64, rounded to
+    bfloat16 as its product rounds its float32 sums, the first of ties."""
+    with torch.no_grad():
+        bias = None if head.bias is None else head.bias.double()
+        logits = F.linear(x.double(), head.weight.double(), bias).to(torch.bfloat16)
+    return logits.float().argmax(dim=1).tolist()
+
+
+@pytest.mark.parametrize("m", [1, 8])
+@pytest.mark.parametrize("bias", [False, True])
+def test_bfloat16_tokens_are_the_argmax_of_bfloat16_logits(m, bias, kind):
+    head = _head(bias=bias).to(torch.bfloat16)
+    gen = torch.Generator().manual_seed(6)
+    for _ in range(20):
+        x = torch.randn(m, 64, generator=gen).to(torch.bfloat16)
+        tokens = screen.greedy_tokens(head, x)
+        assert tokens is not None
+        assert tokens.tolist() == _argmax_bf16(head, x)
+        with torch.no_grad():  # the layer's own product (oneDNN or torch): the same tokens
+            assert tokens.tolist() == head(x).float().argmax(dim=1).tolist()
+
+
+def test_bfloat16_logits_that_round_to_the_best_value_tie_with_it(kind):
+    # id 10's float32 logit is below the best id's by less than bfloat16 rounds away: both
+    # round to the same value, and the first id wins, as the rounded logits' argmax has it.
+    head = _head().to(torch.bfloat16)
+    x = torch.randn(1, 64, generator=torch.Generator().manual_seed(7)).to(torch.bfloat16)
+    best = _argmax_bf16(head, x)[0]
+    k = int(x[0].float().abs().argmin())  # the input that moves the logit least
+    with torch.no_grad():
+        row = head.weight[best].clone()
+        step = torch.tensor(2.0**-7, dtype=torch.bfloat16) * row[k].abs().clamp_min(1e-3)
+        row[k] = row[k] - step * x[0, k].sign()  # a smaller logit, by about 2^-7 |w_k x_k|
+        head.weight[10] = row
+        exact = F.linear(x.double(), head.weight.double())[0]  # (V,)
+    assert exact[10] < exact[best] and best > 10
+    assert exact[10].to(torch.bfloat16) == exact[best].to(torch.bfloat16)  # a tie once rounded
+    assert screen.greedy_tokens(head, x).tolist() == [10] == _argmax_bf16(head, x)
+
+
 def test_a_row_it_cannot_decide_is_left_to_the_logits(kind):
     head = _head(bias=False)
     with torch.no_grad():
@@ -217,11 +258,11 @@ def test_an_overflow_is_left_to_the_logits(kind):
     "head",
     [
         _head(vocab=screen.MIN_OUTPUTS - 1),  # small: float32 costs little
-        _head().to(torch.bfloat16),
+        _head().half(),
         _head().double(),
         nn.Sequential(_head()),  # not a plain nn.Linear
     ],
-    ids=["small", "bfloat16", "float64", "not-linear"],
+    ids=["small", "float16", "float64", "not-linear"],
 )
 def test_heads_it_does_not_apply_to(head, kind):
     assert screen.screen(head) is None
@@ -318,6 +359,21 @@ def test_greedy_generation_through_the_screen_equals_hugging_face(pair, monkeypa
             do_sample=False, pad_token_id=0,
         )[:, 7:].tolist()  # fmt: skip
     assert ours == theirs
+
+
+def test_bfloat16_generation_through_the_screen_equals_its_logits(pair, monkeypatch, kind):
+    _, gpt = pair
+    model = GPT(gpt.config).eval()  # a copy in bfloat16 (the fixture's stays float32)
+    model.load_state_dict(gpt.state_dict())
+    model.to(torch.bfloat16)
+    decided = _count_screened(monkeypatch)
+    prompts = [[1, 2, 3], [50, 60, 70, 80, 90, 100, 7], [42]]
+    config = GenerationConfig(max_new_tokens=40, eos_ids=())
+    logits = generate(model, prompts, config).tokens  # 40 new tokens: not worth a screen
+    assert decided == []
+    monkeypatch.setattr(screen, "MIN_NEW_TOKENS", 2)
+    assert generate(model, prompts, config).tokens == logits
+    assert len(decided) == 40 and all(decided)
 
 
 @pytest.mark.parametrize(

@@ -39,10 +39,16 @@ id's: not the argmax. Tests check the bounds against float64 logits on inputs of
 and at model widths, the packed copies against the values the bounds assume, and tokens
 against float32's argmax on rows built so that only the float32 weights tell the best id.
 
+A bfloat16 output layer is screened as its float32 widening (exact), and its token is the
+argmax of its logits as its own product gives them: float32 sums rounded to bfloat16, the
+first id of ties. So an id whose logit rounds to the best one's value is a candidate too (the
+best's lower bound is lowered by twice bfloat16's spacing at its magnitude,
+:func:`_rounding_margin`), and the candidates' float32 logits are rounded before the argmax.
+
 Where the screen does not decide, the caller computes the float32 logits as usual: more than
 :data:`MAX_CANDIDATES` candidates in a row (near-ties, a flat row), an input that is not
 finite (NaN or inf, which the float32 path reports), a bound or a candidate's logit that
-overflows. It is made for float32 output layers on a CPU with FBGEMM, of at least
+overflows. It is made for float32 and bfloat16 output layers on a CPU with FBGEMM, of at least
 :data:`MIN_OUTPUTS` outputs (below that the float32 product costs little) and weights that
 the copy can hold (int8: finite, no row's largest weight below 2^-70; float16: below 65504),
 and kept while the weight is unchanged (:func:`attnkit.generation.packed.release` drops it).
@@ -96,6 +102,7 @@ __all__ = [
     "worth_making",
 ]
 
+SCREENED_DTYPES = (torch.float32, torch.bfloat16)  # output layers' dtypes a screen is made for
 MAX_CANDIDATES = 512  # per row; more: the float32 logits decide (near-ties, a flat row)
 # an int8 screen that leaves this many of a window's calls to the logits gives way to float16
 GIVE_UP_UNDECIDED, GIVE_UP_WINDOW = 16, 64
@@ -226,10 +233,14 @@ class Screen:
 
     # -- the token
 
-    def tokens(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
+    def tokens(
+        self, x: Tensor, weight: Tensor, bias: Tensor | None, rounding: torch.dtype | None = None
+    ) -> Tensor | None:
         """The argmax of each row of ``x @ weight.T + bias`` (M,) int64, or None where the
         screen does not decide (module docstring); ``x`` (M, n) float32 on a CPU, called
-        without autograd (:func:`greedy_tokens`)."""
+        without autograd (:func:`greedy_tokens`). With ``rounding`` (bfloat16: a bfloat16
+        output layer, ``x`` its inputs widened), the argmax of the logits rounded to that
+        dtype, the first of ties, as the layer's own product gives them."""
         xs = x.detach().numpy()  # (M, n)
         # |x|_2 in float64, rounded up a little: the bound must not shrink by rounding
         norm = np.sqrt(np.square(xs, dtype=np.float64).sum(axis=1)) * (1 + 2.0**-20)  # (M,)
@@ -253,6 +264,8 @@ class Screen:
         best = np.argmax(a, axis=1)  # (M,) the screen's best id of each row (a NaN's if any)
         # The float32 logit of ``best`` is at least floor: an id below floor is not the argmax.
         floor = a[np.arange(m), best] - bound(np.arange(m), best)  # (M,) float64
+        if rounding is not None:  # an id whose logit rounds to the best's value ties with it
+            floor = floor - _rounding_margin(floor)
         # An id reaches floor only if a_j + err_j >= floor, and err_j is at most the bound
         # with every factor at its largest: a superset of the candidates in one pass.
         reach = floor - (
@@ -274,11 +287,13 @@ class Screen:
             self.record(False)
             return None
         self.record(True)
-        exact = np.einsum("cn,cn->c", weight.detach().numpy()[ids], xs[rows])  # (C,) float32
+        exact = np.einsum("cn,cn->c", _rows(weight, ids), xs[rows])  # (C,) float32
         if bias is not None:
-            exact = exact + bias.detach().numpy()[ids]
+            exact = exact + _rows(bias, ids)
         if not np.isfinite(exact).all():
             return None
+        if rounding is not None:  # as the layer's product rounds its float32 sums
+            exact = torch.from_numpy(exact).to(rounding).float().numpy()
         starts = np.concatenate(([0], np.cumsum(counts)[:-1]))  # (M,)
         # each row's largest float32 logit, the first of ties (ids ascending: the smallest)
         picked = [ids[s + np.argmax(exact[s : s + c])] for s, c in zip(starts, counts, strict=True)]
@@ -391,7 +406,7 @@ def screen(head: nn.Module) -> Screen | None:
         return None
     weight, bias = head.weight, head.bias
     if (
-        weight.dtype != torch.float32
+        weight.dtype not in SCREENED_DTYPES
         or weight.device.type != "cpu"
         or weight.shape[0] < MIN_OUTPUTS
         or not available()
@@ -407,9 +422,8 @@ def screen(head: nn.Module) -> Screen | None:
                 if entry is not None and entry[0] == key:  # int8 given up: the next kind
                     kinds = kinds[kinds.index(type(entry[1])) + 1 :]
                 with torch.no_grad():  # (parameters made in inference mode refuse autograd's ops)
-                    made = next(
-                        (cls(weight, bias) for cls in kinds if cls.fits(weight, bias)), None
-                    )
+                    w, b = weight.float(), None if bias is None else bias.float()  # exact
+                    made = next((cls(w, b) for cls in kinds if cls.fits(w, b)), None)
                 entry = (key, made)
                 _SCREENS[head] = entry
     return entry[1]
@@ -458,6 +472,23 @@ def _key(head: nn.Linear) -> tuple:
     return (packing._key(head.weight), None if bias is None else packing._key(bias), KIND)
 
 
+def _rows(t: Tensor, ids: np.ndarray) -> np.ndarray:
+    """Rows ``ids`` of ``t`` (a weight or a bias) as float32 numpy (bfloat16 widened, exact)."""
+    t = t.detach()
+    if t.dtype == torch.float32:
+        return t.numpy()[ids]
+    return t[torch.from_numpy(ids)].float().numpy()
+
+
+def _rounding_margin(floor: np.ndarray) -> np.ndarray:
+    """How far below ``floor`` (float64, lower bounds of float32 logits) a logit can lie and
+    still round to the bfloat16 value the one at ``floor`` or above rounds to: within a binade
+    bfloat16's spacing is at most 2^-7 of the magnitude, a rounded value lies within half a
+    spacing, so twice the spacing at ``floor``'s magnitude covers it (and 2^-126 the range
+    where the spacing is absolute)."""
+    return np.abs(floor) * 2.0**-6 + 2.0**-126
+
+
 def _finite(bias: Tensor | None) -> bool:
     return bias is None or bool(torch.isfinite(bias).all())
 
@@ -485,14 +516,17 @@ def greedy_tokens(head: nn.Module, hidden: Tensor) -> Tensor | None:
     """The greedy tokens (M,) for the last hidden states ``hidden`` (M, n) through output layer
     ``head``, screened with an int8 or float16 copy (module docstring), or None: then compute the
     logits."""
-    if hidden.dtype != torch.float32 or hidden.device.type != "cpu":
+    if type(head) is not nn.Linear or hidden.dtype != head.weight.dtype:
         return None
-    found = screen(head)
+    if hidden.device.type != "cpu":
+        return None
+    found = screen(head)  # (None for dtypes it does not screen)
     if found is None:
         return None
+    rounding = None if hidden.dtype == torch.float32 else hidden.dtype
     # no autograd; NaN or inf from a non-finite input is found and answered by None
     with torch.no_grad(), np.errstate(invalid="ignore", over="ignore"):
-        return found.tokens(hidden, head.weight, head.bias)
+        return found.tokens(hidden.float(), head.weight, head.bias, rounding)
 
 
 def release(module: nn.Module) -> None:
