@@ -477,7 +477,9 @@ def _rows(t: Tensor, ids: np.ndarray) -> np.ndarray:
     t = t.detach()
     if t.dtype == torch.float32:
         return t.numpy()[ids]
-    return t[torch.from_numpy(ids)].float().numpy()
+    # index_select copies whole rows (aten::index went element by element: 0.8 ms for the
+    # candidates of 8 rows of the Llama shape's 32,000 x 512 layer)
+    return t.index_select(0, torch.from_numpy(ids)).float().numpy()
 
 
 def _rounding_margin(floor: np.ndarray) -> np.ndarray:
