@@ -628,6 +628,20 @@ def test_an_int8_screen_that_cannot_decide_gives_way_to_float16():
 
 
 @needs_int8
+def test_a_bfloat16_layer_whose_int8_screen_gives_up_keeps_its_own_product():
+    # A float16 copy of a bfloat16 layer reads as many bytes as the layer: none is made.
+    head, x = _flat_head()
+    head, x = head.to(torch.bfloat16), x.to(torch.bfloat16)
+    first = screen.screen(head)
+    assert first.kind == "int8"
+    for _ in range(screen.GIVE_UP_UNDECIDED):
+        assert screen.greedy_tokens(head, x) is None
+    assert first.given_up
+    assert screen.greedy_tokens(head, x) is None
+    assert screen.screen(head) is None and not screen.ready(head)
+
+
+@needs_int8
 def test_an_int8_screen_counts_its_undecided_calls_per_window():
     found = screen.Int8Screen(_head().weight, None)
     for _ in range(3):  # a window with one call short of giving up, three times over
