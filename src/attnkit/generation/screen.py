@@ -61,7 +61,9 @@ Measured, one thread, weights from memory: on the AVX2-only AMD EPYC (docs/bench
 with float16 weights at one row, 17.6 and 8.4 ms at 8 rows. On the Intel Xeon with AMX, the
 Llama shape's (32,000 x 512) takes 5.4 ms in float32, 3.4-3.8 ms in float16 and 1.3-1.4 ms in
 int8 (1.6-1.7 and 3.6 ms with FBGEMM capped at AVX2); its compiled float32 step at one row
-went from 61-65 to 77 tokens/s with int8 ("Modern attention"). Making a copy and its bound
+went from 61-65 to 77 tokens/s with int8 ("Modern attention"), and its compiled bfloat16 step
+at one row from 1.56-1.62x to 2.25x Hugging Face's tokens/s once its bfloat16 output layer was
+screened (int8: 16 MB read where the layer is 33 MB). Making a copy and its bound
 takes about a second for GPT-2's layer (1.1 s either kind on the Xeon; 1.08 s for float16 on
 the EPYC, FBGEMM's packing 0.61 s of it; the Llama shape's: 0.33-0.46 s), which GPT-2 124M
 wins back after about 290 new tokens at one row (3.7 ms a step) and 120 at 8 rows (9 ms a
