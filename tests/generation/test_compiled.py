@@ -147,10 +147,12 @@ def test_compiled_steps_take_the_float16_copies_of_bfloat16_weights(monkeypatch)
     eager_rows = len(rows)
     assert eager_rows >= 12 * 2 * 4 and made  # 12 steps x 2 layers x 4 products, copies made
     rows.clear()
+    made.clear()
     counters.clear()
     generate(model, [[5, 6, 7]], GenerationConfig(**{**vars(config), "compile": True}))
     assert counters["stats"]["unique_graphs"] >= 1 and not counters["graph_break"]
-    assert len(rows) == eager_rows  # every product of every compiled step took the path
+    assert len(rows) == eager_rows  # every product of every compiled step took the path ...
+    assert made == []  # ... on the copies the eager steps made
     # (their tokens leave eager ones within a few steps, as bfloat16 steps compiled or not do)
     # In a graph, the operator gives what the path gives eagerly, F.linear to bfloat16 rounding.
     layer = model.blocks.layers[0].ffn.linear2

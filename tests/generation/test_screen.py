@@ -217,21 +217,45 @@ def test_bfloat16_tokens_are_the_argmax_of_bfloat16_logits(m, bias, kind):
 
 
 def test_bfloat16_logits_that_round_to_the_best_value_tie_with_it(kind):
-    # id 10's float32 logit is below the best id's by less than bfloat16 rounds away: both
-    # round to the same value, and the first id wins, as the rounded logits' argmax has it.
-    head = _head().to(torch.bfloat16)
-    x = torch.randn(1, 64, generator=torch.Generator().manual_seed(7)).to(torch.bfloat16)
-    best = _argmax_bf16(head, x)[0]
-    k = int(x[0].float().abs().argmin())  # the input that moves the logit least
+    # ids 10 and 20 at float32 logits 199.7 and 200.3, outside each other's bound, both round
+    # to bfloat16's 200: a tie, which the first id wins, as the rounded logits' argmax has it.
+    torch.manual_seed(0)
+    head = _head(bias=True)
+    x = torch.randn(1, 64)
     with torch.no_grad():
-        row = head.weight[best].clone()
-        step = torch.tensor(2.0**-7, dtype=torch.bfloat16) * row[k].abs().clamp_min(1e-3)
-        row[k] = row[k] - step * x[0, k].sign()  # a smaller logit, by about 2^-7 |w_k x_k|
-        head.weight[10] = row
-        exact = F.linear(x.double(), head.weight.double())[0]  # (V,)
-    assert exact[10] < exact[best] and best > 10
-    assert exact[10].to(torch.bfloat16) == exact[best].to(torch.bfloat16)  # a tie once rounded
+        unit = x[0] / x[0].norm() ** 2  # x . unit = 1
+        head.weight[20], head.weight[10] = 0.3 * unit, -0.3 * unit
+        head.bias[20] = head.bias[10] = 200.0
+    head, x = head.to(torch.bfloat16), x.to(torch.bfloat16)
+    with torch.no_grad():
+        exact = F.linear(x.double(), head.weight.double(), head.bias.double())[0]  # (V,)
+        layer = head(x).float()[0]  # the layer's own product, rounded to bfloat16
+    assert exact[10] < 200 < exact[20] and int(exact.argmax()) == 20  # float32's argmax: 20
+    assert exact[10].to(torch.bfloat16) == exact[20].to(torch.bfloat16) == layer.max()
     assert screen.greedy_tokens(head, x).tolist() == [10] == _argmax_bf16(head, x)
+    assert int(layer.argmax()) == 10
+
+
+def test_subnormal_bfloat16_weights_and_inputs_are_left_to_the_logits():
+    # oneDNN's bfloat16 kernels flush subnormals to zero; the bound holds for exact values.
+    head = _head().to(torch.bfloat16)
+    x = torch.randn(2, 64).to(torch.bfloat16)
+    assert screen.greedy_tokens(head, x) is not None
+    x[1, 3] = 2.0**-130
+    assert screen.greedy_tokens(head, x) is None
+    with torch.no_grad():
+        head.weight[7, 0] = 2.0**-130
+    assert screen.screen(head) is None
+    assert screen.greedy_tokens(head, torch.randn(2, 64).to(torch.bfloat16)) is None
+
+
+def test_no_screen_where_making_it_would_not_fit_in_memory(monkeypatch):
+    head = _head()
+    monkeypatch.setattr(screen.hardware, "available_memory", lambda device: 16 * VOCAB * 64)
+    assert screen.screen(head) is None  # it would take all of it; half is the limit
+    monkeypatch.setattr(screen.hardware, "available_memory", lambda device: 32 * VOCAB * 64)
+    screen.release(head)
+    assert screen.screen(head) is not None
 
 
 def test_a_row_it_cannot_decide_is_left_to_the_logits(kind):

@@ -41,7 +41,10 @@ against float32's argmax on rows built so that only the float32 weights tell the
 
 A bfloat16 output layer is screened as its float32 widening (exact), and its token is the
 argmax of its logits as its own product gives them: float32 sums rounded to bfloat16, the
-first id of ties. Only by an int8 copy: a float16 one reads as many bytes as the layer itself,
+first id of ties (up to the order of the float32 additions, as above, which can move a logit
+lying within their rounding of a bfloat16 rounding boundary). Layers with subnormal weights,
+and calls with subnormal inputs, are left to the logits: oneDNN's bfloat16 kernels flush
+those to zero. Only by an int8 copy: a float16 one reads as many bytes as the layer itself,
 and FBGEMM's float16 product widens them (at 8 rows of the Llama shape, 4.8 ms against 4.4
 for oneDNN's bfloat16 product with the kernels capped at AVX-512 without AMX); where the int8
 screen gives up, the layer's own product gives the logits. So an id whose logit rounds to the best one's value is a candidate too (the
@@ -87,6 +90,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from attnkit import hardware
 from attnkit.generation import packed as packing
 
 __all__ = [
@@ -95,6 +99,7 @@ __all__ = [
     "MAX_CANDIDATES",
     "MIN_OUTPUTS",
     "MIN_NEW_TOKENS",
+    "SCREENED_DTYPES",
     "Int8Screen",
     "KIND",
     "Screen",
@@ -428,12 +433,32 @@ def screen(head: nn.Module) -> Screen | None:
                     kinds = [kind for kind in kinds if kind is not Screen]
                 if entry is not None and entry[0] == key:  # int8 given up: the next kind
                     kinds = kinds[kinds.index(type(entry[1])) + 1 :]
-                with torch.no_grad():  # (parameters made in inference mode refuse autograd's ops)
-                    w, b = weight.float(), None if bias is None else bias.float()  # exact
-                    made = next((cls(w, b) for cls in kinds if cls.fits(w, b)), None)
+                made = None
+                if _room_to_make(weight) and (weight.dtype == torch.float32 or _normal(head)):
+                    with torch.no_grad():  # (parameters made in inference mode refuse autograd)
+                        w, b = weight.float(), None if bias is None else bias.float()  # exact
+                        made = next((cls(w, b) for cls in kinds if cls.fits(w, b)), None)
                 entry = (key, made)
                 _SCREENS[head] = entry
     return entry[1]
+
+
+def _room_to_make(weight: Tensor) -> bool:
+    """Whether making a screen of ``weight`` fits in half of the memory still available: its
+    float32 widening and the copy's temporaries, about 16 bytes a weight at their peak."""
+    free = hardware.available_memory(torch.device("cpu"))
+    return free is None or 16 * weight.numel() <= free // 2
+
+
+def _normal(head: nn.Linear) -> bool:
+    """No subnormal weight or bias in a bfloat16 layer: oneDNN's bfloat16 kernels (AVX-512 and
+    AMX) flush them to zero, which the bound, made for the exact values, does not cover."""
+    return not any(_has_subnormal(t) for t in (head.weight, head.bias) if t is not None)
+
+
+def _has_subnormal(t: Tensor) -> bool:
+    size = t.detach().abs()
+    return bool(((size > 0) & (size < torch.finfo(torch.float32).tiny)).any())
 
 
 def _given_up(found: Screen | None) -> bool:
@@ -533,6 +558,8 @@ def greedy_tokens(head: nn.Module, hidden: Tensor) -> Tensor | None:
     if found is None:
         return None
     rounding = None if hidden.dtype == torch.float32 else hidden.dtype
+    if rounding is not None and _has_subnormal(hidden):  # flushed to zero by the layer too
+        return None
     # no autograd; NaN or inf from a non-finite input is found and answered by None
     with torch.no_grad(), np.errstate(invalid="ignore", over="ignore"):
         return found.tokens(hidden.float(), head.weight, head.bias, rounding)
