@@ -18,7 +18,7 @@ decode_one_token / the token loop), :mod:`~attnkit.generation.text` (text in, te
 :mod:`~attnkit.generation.packed` (linear layers on weights prepacked for oneDNN while
 generating on a CPU), :mod:`~attnkit.generation.blas` (one row through numpy's OpenBLAS on
 one thread, where MKL runs generic code), :mod:`~attnkit.generation.screen` (greedy's token
-through a float16 copy of the output layer, decided in float32).
+through an int8 or float16 copy of a float32 or bfloat16 output layer, decided in float32).
 
 A seed makes sampling reproducible for the same prompts in the same batch. One generator draws
 for every row in turn, so what a row samples depends on the batch around it (how many rows,

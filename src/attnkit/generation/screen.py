@@ -1,5 +1,5 @@
-"""Greedy decoding's next token without the whole float32 output layer: screened with an
-int8 (or float16) copy, decided in float32.
+"""Greedy decoding's next token without the whole output layer (float32 or bfloat16): screened
+with an int8 (or float16) copy, decided in float32.
 
 Greedy decoding needs only the argmax of each row's logits, not the logits. At one row a step
 of GPT-2 124M reads its 154 MB float32 output layer to find one id, a fifth of the step. A
