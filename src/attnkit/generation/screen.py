@@ -42,14 +42,15 @@ against float32's argmax on rows built so that only the float32 weights tell the
 A bfloat16 output layer is screened as its float32 widening (exact), and its token is the
 argmax of its logits as its own product gives them: float32 sums rounded to bfloat16, the
 first id of ties (up to the order of the float32 additions, as above, which can move a logit
-lying within their rounding of a bfloat16 rounding boundary). Layers with subnormal weights,
-and calls with subnormal inputs, are left to the logits: oneDNN's bfloat16 kernels flush
-those to zero. Only by an int8 copy: a float16 one reads as many bytes as the layer itself,
-and FBGEMM's float16 product widens them (at 8 rows of the Llama shape, 4.8 ms against 4.4
-for oneDNN's bfloat16 product with the kernels capped at AVX-512 without AMX); where the int8
-screen gives up, the layer's own product gives the logits. So an id whose logit rounds to the best one's value is a candidate too (the
-best's lower bound is lowered by twice bfloat16's spacing at its magnitude,
-:func:`_rounding_margin`), and the candidates' float32 logits are rounded before the argmax.
+lying within their rounding of a bfloat16 rounding boundary). So an id whose logit may round
+to the best one's value is a candidate too (the best's lower bound is lowered by twice
+bfloat16's spacing at its magnitude, :func:`_rounding_margin`), and the candidates' float32
+logits are rounded before the argmax. Layers with subnormal weights, and calls with
+subnormal inputs, are left to the logits: oneDNN's bfloat16 kernels flush those to zero.
+Only an int8 copy is made of a bfloat16 layer: a float16 one reads as many bytes as the
+layer itself, and FBGEMM's float16 product widens them (at 8 rows of the Llama shape, 4.8 ms
+against 4.4 for oneDNN's bfloat16 product with the kernels capped at AVX-512 without AMX);
+where the int8 screen gives up, the layer's own product gives the logits.
 
 Where the screen does not decide, the caller computes the float32 logits as usual: more than
 :data:`MAX_CANDIDATES` candidates in a row (near-ties, a flat row), an input that is not
@@ -57,7 +58,8 @@ finite (NaN or inf, which the float32 path reports), a bound or a candidate's lo
 overflows. It is made for float32 and bfloat16 output layers on a CPU with FBGEMM, of at least
 :data:`MIN_OUTPUTS` outputs (below that the float32 product costs little) and weights that
 the copy can hold (int8: finite, no row's largest weight below 2^-70; float16: below 65504),
-and kept while the weight is unchanged (:func:`attnkit.generation.packed.release` drops it).
+where making it fits in half of the free memory (:func:`_room_to_make`), and kept while the
+weight is unchanged (:func:`attnkit.generation.packed.release` drops it).
 
 Measured, one thread, weights from memory: on the AVX2-only AMD EPYC (docs/benchmarks.md,
 "Text generation"), GPT-2's output layer (50,257 x 768) takes 6.4 ms in float32 and 3.3 ms
