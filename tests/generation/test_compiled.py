@@ -129,6 +129,20 @@ def _counted(monkeypatch, name: str) -> list:
     return calls
 
 
+def _eager_then_compiled(model, config, *counted: list):
+    """One generation with eager steps, then one compiled in whole graphs; returns both and
+    how many calls each ``counted`` list took in the eager one (the lists then hold the
+    compiled one's)."""
+    eager = generate(model, [[5, 6, 7]], config)
+    in_eager = [len(calls) for calls in counted]
+    for calls in counted:
+        calls.clear()
+    counters.clear()
+    fast = generate(model, [[5, 6, 7]], GenerationConfig(**{**vars(config), "compile": True}))
+    assert counters["stats"]["unique_graphs"] >= 1 and not counters["graph_break"]
+    return eager, fast, in_eager
+
+
 @pytest.mark.skipif(
     not packed_module.float16_available(), reason="this torch has no FBGEMM float16 product"
 )
@@ -143,14 +157,8 @@ def test_compiled_steps_take_the_float16_copies_of_bfloat16_weights(monkeypatch)
     rows = _counted(monkeypatch, "_one_bf16_row")
     model = tiny_llama_gpt().to(torch.bfloat16)
     config = GenerationConfig(max_new_tokens=12, eos_ids=())
-    generate(model, [[5, 6, 7]], config)
-    eager_rows = len(rows)
-    assert eager_rows >= 12 * 2 * 4 and made  # 12 steps x 2 layers x 4 products, copies made
-    rows.clear()
-    made.clear()
-    counters.clear()
-    generate(model, [[5, 6, 7]], GenerationConfig(**{**vars(config), "compile": True}))
-    assert counters["stats"]["unique_graphs"] >= 1 and not counters["graph_break"]
+    _, _, (eager_rows, eager_made) = _eager_then_compiled(model, config, rows, made)
+    assert eager_rows >= 12 * 2 * 4 and eager_made  # 12 steps x 2 layers x 4 products, copies
     assert len(rows) == eager_rows  # every product of every compiled step took the path ...
     assert made == []  # ... on the copies the eager steps made
     # (their tokens leave eager ones within a few steps, as bfloat16 steps compiled or not do)
@@ -175,13 +183,8 @@ def test_compiled_steps_take_the_row_major_copies_where_mkl_is_generic(monkeypat
     copies = _counted(monkeypatch, "_row_major")
     model = tiny_llama_gpt()
     config = GenerationConfig(max_new_tokens=12, eos_ids=(), logprobs=True)
-    eager = generate(model, [[5, 6, 7]], config)
-    eager_copies = len(copies)
+    eager, fast, (eager_copies,) = _eager_then_compiled(model, config, copies)
     assert eager_copies >= 12 * 2 * 4
-    copies.clear()
-    counters.clear()
-    fast = generate(model, [[5, 6, 7]], GenerationConfig(**{**vars(config), "compile": True}))
-    assert counters["stats"]["unique_graphs"] >= 1 and not counters["graph_break"]
     assert len(copies) == eager_copies  # every product of every compiled step took the path
     assert fast.tokens == eager.tokens
     for ours, ref in zip(fast.logprobs, eager.logprobs, strict=True):

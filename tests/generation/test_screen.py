@@ -252,9 +252,9 @@ def test_subnormal_bfloat16_weights_and_inputs_are_left_to_the_logits():
 
 def test_no_screen_where_making_it_would_not_fit_in_memory(monkeypatch):
     head = _head()
-    monkeypatch.setattr(screen.hardware, "available_memory", lambda device: 16 * VOCAB * 64)
+    monkeypatch.setattr(packed.hardware, "available_memory", lambda device: 16 * VOCAB * 64)
     assert screen.screen(head) is None  # it would take all of it; half is the limit
-    monkeypatch.setattr(screen.hardware, "available_memory", lambda device: 32 * VOCAB * 64)
+    monkeypatch.setattr(packed.hardware, "available_memory", lambda device: 32 * VOCAB * 64)
     screen.release(head)
     assert screen.screen(head) is not None
 

@@ -168,9 +168,12 @@ def _float32_copies_fit(model: nn.Module) -> bool:
             entry = _PACKED.get(module)
             if entry is None or entry[0] != _key(weight):
                 need += weight.numel() * 4
-    if need == 0:
-        return True
+    return need == 0 or fits_in_half_free_memory(need)
 
+
+def fits_in_half_free_memory(need: int) -> bool:
+    """Whether ``need`` bytes fit in half of the memory still available to this process on
+    the CPU (True where that cannot be read): the rule for the copies made while generating."""
     free = hardware.available_memory(torch.device("cpu"))
     return free is None or 2 * need <= free
 
@@ -395,8 +398,7 @@ def _make_half(weight: Tensor, bias: Tensor | None) -> tuple[object, Tensor] | N
     holds every scaled weight exactly (bfloat16's 8 significant bits fit from 2^-17 up: values
     2^31 below the largest one) and the copy, with the float32 one made on the way, fits in
     half of the memory still available; else None."""
-    free = hardware.available_memory(torch.device("cpu"))
-    if free is not None and 2 * weight.numel() * (4 + 2) > free:
+    if not fits_in_half_free_memory(weight.numel() * (4 + 2)):
         return None
     with torch.no_grad():
         largest = float(weight.detach().abs().max())

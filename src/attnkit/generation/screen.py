@@ -92,7 +92,6 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from attnkit import hardware
 from attnkit.generation import packed as packing
 
 __all__ = [
@@ -448,8 +447,7 @@ def screen(head: nn.Module) -> Screen | None:
 def _room_to_make(weight: Tensor) -> bool:
     """Whether making a screen of ``weight`` fits in half of the memory still available: its
     float32 widening and the copy's temporaries, about 16 bytes a weight at their peak."""
-    free = hardware.available_memory(torch.device("cpu"))
-    return free is None or 16 * weight.numel() <= free // 2
+    return packing.fits_in_half_free_memory(16 * weight.numel())
 
 
 def _normal(head: nn.Linear) -> bool:
