@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import cpu_name, load_average, usable_cores  # noqa: E402
+from machine import HelpFormatter, cpu_name, load_average, usable_cores  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DONE = re.compile(r"done: step (\d+)")
@@ -69,7 +69,9 @@ def run_once(allocator: str, config: Path, minutes: float, out: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument(
         "--config",
         type=Path,

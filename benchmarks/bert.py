@@ -28,7 +28,7 @@ import time  # noqa: E402
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from machine import cpu_name  # noqa: E402  (benchmarks/machine.py)
+from machine import HelpFormatter, cpu_name  # noqa: E402  (benchmarks/machine.py)
 
 from attnkit.models.bert import BertModel  # noqa: E402
 
@@ -81,13 +81,22 @@ def time_pair(ours, hf, inputs, warmup: int, repeats: int) -> tuple[list[float],
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--sizes", default="base,minilm", help=f"of {list(SIZES)}")
     parser.add_argument("--dtypes", default="float32,bfloat16", help=f"of {list(DTYPES)}")
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--seq", type=int, default=128)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=32, help="sentences per forward pass")
+    parser.add_argument("--seq", type=int, default=128, help="tokens per sentence")
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="untimed forward passes per side and setting"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="timed forward passes per side and setting (the median is printed)",
+    )
     parser.add_argument("--padded", action="store_true", help="random lengths, with padding")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     args = parser.parse_args()

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import sacrebleu
-from machine import cpu_name  # noqa: E402  (benchmarks/machine.py)
+from machine import HelpFormatter, cpu_name  # noqa: E402  (benchmarks/machine.py)
 from sacrebleu.metrics import BLEU
 
 from attnkit.metrics import corpus_bleu
@@ -98,10 +98,24 @@ def run_attnkit(hyps: list[str], refs: list[str]):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lines", type=int, default=100_000)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--long-words", type=int, default=20_000)
+    parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--lines",
+        type=int,
+        default=100_000,
+        help="segments of the Multi30k training English scored as a corpus",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="timed scorings per side (the best is printed)"
+    )
+    parser.add_argument(
+        "--long-words",
+        type=int,
+        default=20_000,
+        help="words of the one long segment of the second test",
+    )
     args = parser.parse_args()
 
     info = machine()

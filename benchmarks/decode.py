@@ -52,7 +52,7 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from machine import cpu_name, isa_caps, load_average, usable_cores  # noqa: E402  (benchmarks/machine.py)
+from machine import HelpFormatter, cpu_name, isa_caps, load_average, usable_cores  # noqa: E402  (benchmarks/machine.py)
 
 from attnkit.data import SubwordTokenizer, load_named_corpus  # noqa: E402
 from attnkit.decoding import (  # noqa: E402
@@ -407,11 +407,18 @@ def report(results: dict, refs: list[str], n: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--suite", choices=("random", "ctranslate2"), default="random")
+    parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--suite",
+        choices=("random", "ctranslate2"),
+        default="random",
+        help="random: cached against recompute and Hugging Face on random weights; ctranslate2: the shipped translator against CTranslate2 on test2016",
+    )
     parser.add_argument("--limit", type=int, default=None, help="first N test2016 sentences")
-    parser.add_argument("--beam", type=int, default=5)
-    parser.add_argument("--batch-tokens", type=int, default=4000)
+    parser.add_argument("--beam", type=int, default=5, help="beam size")
+    parser.add_argument("--batch-tokens", type=int, default=4000, help="source tokens per batch")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     parser.add_argument("--sides", default="cached,recompute,hf", help="random suite: sides")
     parser.add_argument("--rounds", type=int, default=3, help="ctranslate2 suite: rounds")

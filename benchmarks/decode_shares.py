@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import torch
-from machine import cpu_name, load_average, usable_cores  # benchmarks/machine.py
+from machine import HelpFormatter, cpu_name, load_average, usable_cores  # benchmarks/machine.py
 
 import attnkit.decoding.translate as translate_module
 from attnkit.cli import build_parser
@@ -54,12 +54,16 @@ def _timed_part(sources, _inner=translate_module._translate_part):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--exponents", default="1.0,1.3", help="comma-separated (default 1.0,1.3)")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--chunk", type=int, default=250, help="sentences per call (250)")
-    parser.add_argument("--threads", type=int, default=2, help="evaluate's --threads (2)")
-    parser.add_argument("--model", default=None, help="a translation model folder (shipped)")
+    parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--exponents", default="1.0,1.3", help="comma-separated")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of the sides taking turns")
+    parser.add_argument("--chunk", type=int, default=250, help="sentences per call")
+    parser.add_argument("--threads", type=int, default=2, help="evaluate's --threads")
+    parser.add_argument(
+        "--model", default=None, help="a translation model folder (default: the shipped translator)"
+    )
     args = parser.parse_args()
     exponents = [float(x) for x in args.exponents.split(",")]
     lines = load_named_corpus("multi30k", split="test2016", src_lang="de", tgt_lang="en").src

@@ -53,7 +53,7 @@ import time  # noqa: E402
 import numpy  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from machine import cpu_name, load_average, usable_cores  # noqa: E402  (benchmarks/machine.py)
+from machine import HelpFormatter, cpu_name, load_average, usable_cores  # noqa: E402  (benchmarks/machine.py)
 
 from attnkit.generation import GenerationConfig, generate  # noqa: E402
 from attnkit.models import GPT  # noqa: E402
@@ -284,12 +284,18 @@ def compare_recompute(args, folder: str) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", default="small,124M")
-    parser.add_argument("--dtypes", default="float32,bfloat16")
-    parser.add_argument("--batches", default="1,8")
-    parser.add_argument("--modes", default="greedy,top-p")
-    parser.add_argument("--new-tokens", type=int, default=256)
+    parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--shapes", default="small,124M", help="comma-separated GPT-2 shapes: small, 124M"
+    )
+    parser.add_argument(
+        "--dtypes", default="float32,bfloat16", help="comma-separated: float32, bfloat16"
+    )
+    parser.add_argument("--batches", default="1,8", help="comma-separated prompts per call")
+    parser.add_argument("--modes", default="greedy,top-p", help="comma-separated: greedy, top-p")
+    parser.add_argument("--new-tokens", type=int, default=256, help="new tokens per row")
     parser.add_argument("--rounds", type=int, default=3, help="timed calls per side and setting")
     parser.add_argument(
         "--recompute-batches", help="batches of the recompute table (default: 1,8 small, 1 124M)"

@@ -65,7 +65,7 @@ from generate import (  # noqa: E402  (benchmarks/generate.py: the shared timing
     time_sides,
     verdict,
 )
-from machine import load_average  # noqa: E402
+from machine import HelpFormatter, load_average  # noqa: E402
 
 from attnkit.generation import GenerationConfig, generate_steps  # noqa: E402
 from attnkit.models import GPT, GPTConfig  # noqa: E402
@@ -252,13 +252,22 @@ def profile(sides: dict, title: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=["gqa", "hf", "both"], default="both")
-    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--part",
+        choices=["gqa", "hf", "both"],
+        default="both",
+        help="gqa: GQA's cache and speed against MHA; hf: the Llama shape against LlamaForCausalLM.generate",
+    )
+    parser.add_argument(
+        "--dtypes", default="float32,bfloat16", help="comma-separated: float32, bfloat16"
+    )
     parser.add_argument("--batches", default="1,8", help="part 2's batch sizes")
     parser.add_argument("--new-tokens", type=int, default=128, help="part 2's new tokens")
-    parser.add_argument("--gqa-layers", type=int, default=4)
-    parser.add_argument("--gqa-new-tokens", type=int, default=128)
+    parser.add_argument("--gqa-layers", type=int, default=4, help="part 1's layers")
+    parser.add_argument("--gqa-new-tokens", type=int, default=128, help="part 1's new tokens")
     parser.add_argument("--rounds", type=int, default=3, help="timed calls per side and setting")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     parser.add_argument(

@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` that states each option's default, where it has one worth stating (not None,
+    not a flag's False, not already said in the help text)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default in (None, False) or "default" in (action.help or ""):
+            return action.help or ""
+        return super()._get_help_string(action)
 
 
 def cpu_name() -> str:

@@ -35,7 +35,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from machine import cpu_name, isa_caps, load_average, usable_cores
+from machine import HelpFormatter, cpu_name, isa_caps, load_average, usable_cores
 from torch import nn
 
 from attnkit.generation import GenerationConfig, generate, packed, screen
@@ -182,8 +182,15 @@ def part_generate(args) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=["layer", "generate", "both"], default="both")
+    parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--part",
+        choices=["layer", "generate", "both"],
+        default="both",
+        help="layer: the output layer alone; generate: the Llama shape generating",
+    )
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per side")
     parser.add_argument("--copies", type=int, default=8, help="part 1: copies of each layer")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from machine import cpu_name, load_average, usable_cores  # benchmarks/machine.py
+from machine import HelpFormatter, cpu_name, load_average, usable_cores  # benchmarks/machine.py
 
 from attnkit.data import load_named_corpus
 
@@ -227,15 +227,28 @@ def report(step: Step, sentences: int | None = None) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument(
         "--sentences", type=int, default=1000, help="test2016 sentences (1000: all)"
     )
-    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument(
+        "--clients", type=int, default=64, help="concurrent clients of the throughput test"
+    )
     parser.add_argument("--max-queue", type=int, default=64, help="the server's queue (texts)")
-    parser.add_argument("--max-wait-ms", type=float, default=10.0)
-    parser.add_argument("--overload-clients", type=int, default=256)
-    parser.add_argument("--overload-requests", type=int, default=2000)
+    parser.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=10.0,
+        help="the server's --max-wait-ms (how long a batch waits to fill)",
+    )
+    parser.add_argument(
+        "--overload-clients", type=int, default=256, help="concurrent clients of the overload test"
+    )
+    parser.add_argument(
+        "--overload-requests", type=int, default=2000, help="requests of the overload test"
+    )
     parser.add_argument("--threads", type=int, default=None, help="the server's torch threads")
     parser.add_argument("--max-seconds", type=float, default=1800, help="budget of the whole run")
     args = parser.parse_args()
