@@ -9,6 +9,8 @@ import ast
 import errno
 import os
 import stat
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -60,6 +62,48 @@ def test_a_fifo_gets_the_text_and_stays_a_fifo(tmp_path):
     assert received == [b"through the pipe\n"]
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
     assert [p.name for p in tmp_path.iterdir()] == ["pipe"]
+
+
+def test_descriptor_names_the_open_descriptors_a_path_leads_to(tmp_path):
+    assert files.descriptor("/dev/stdout") == 1
+    assert files.descriptor("/dev/stderr") == 2
+    assert files.descriptor("/dev/fd/7") == 7
+    assert files.descriptor(f"/proc/{os.getpid()}/fd/5") == 5
+    assert files.descriptor("/proc/self/fd/3") == 3
+    link = tmp_path / "to_stdout"
+    link.symlink_to("/dev/stdout")
+    again = tmp_path / "again"
+    again.symlink_to(link)
+    assert files.descriptor(again) == 1
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    assert files.descriptor(plain) is None
+    assert files.descriptor(tmp_path / "missing.txt") is None
+    assert files.descriptor(f"/proc/{os.getpid() + 1}/fd/1") is None  # another process's
+
+
+_CHILD = (
+    "import sys; from attnkit.files import write_file; "
+    "print('printed first', flush=False); write_file(sys.argv[1], 'written\\n')"
+)
+
+
+@pytest.mark.parametrize("name", ["/dev/stdout", "link"])
+def test_dev_stdout_is_written_through_the_descriptor_after_the_printed_text(tmp_path, name):
+    """A file the shell opened for appending (`>> log`) keeps its lines: /dev/stdout leads to
+    it, and replacing it whole (as a regular file is written) would lose them."""
+    link = tmp_path / "link"
+    link.symlink_to("/dev/stdout")
+    path = str(link) if name == "link" else name
+    log = tmp_path / "log.txt"
+    log.write_text("kept\n")
+    with open(log, "ab") as appending:
+        subprocess.run([sys.executable, "-c", _CHILD, path], stdout=appending, check=True)
+    assert log.read_text() == "kept\nprinted first\nwritten\n"
+    piped = subprocess.run(
+        [sys.executable, "-c", _CHILD, path], stdout=subprocess.PIPE, check=True
+    )  # a pipe: /dev/stdout leads to no file at all
+    assert piped.stdout == b"printed first\nwritten\n"
 
 
 def test_the_mode_of_an_existing_file_is_kept(tmp_path):

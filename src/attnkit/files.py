@@ -9,12 +9,15 @@ It sits at the bottom of the package (it imports nothing from attnkit), so the l
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
+import sys
 from pathlib import Path
 
 __all__ = [
     "default_file_mode",
+    "descriptor",
     "fsync_folder",
     "replace_folder",
     "temp_beside",
@@ -43,6 +46,46 @@ def unwritable_kind(path: str | os.PathLike) -> str | None:
     return next((kind for test, kind in _KINDS if test(mode)), "a special file")
 
 
+_LINK_HOPS = 40  # symbolic links followed before giving up (the kernel's limit)
+
+
+def descriptor(path: str | os.PathLike) -> int | None:
+    """The number of this process's open file descriptor that ``path`` names (``/dev/stdout``,
+    ``/dev/stderr``, ``/dev/fd/N``, ``/proc/self/fd/N``, or a symbolic link to one), else None.
+
+    Such a path must be written through the descriptor itself: following it leads to whatever
+    the shell connected (a file opened for appending, ``>>``, a file other output also goes
+    to, a pipe), and opening or replacing that would truncate it or fail.
+    """
+    own = re.compile(rf"/(?:dev/fd|proc/(?:self|thread-self|{os.getpid()})/fd)/(\d+)")
+    current = os.path.abspath(os.fspath(path))
+    for _ in range(_LINK_HOPS):
+        found = own.fullmatch(current)
+        if found:
+            return int(found.group(1))
+        if not os.path.islink(current):
+            return None
+        link = os.readlink(current)
+        current = os.path.normpath(os.path.join(os.path.dirname(current), link))
+    return None
+
+
+def _write_descriptor(fd: int, blob: bytes, given: str) -> None:
+    """Write ``blob`` to the open descriptor ``fd`` at its own position (append mode kept)."""
+    for stream in (sys.stdout, sys.stderr):  # what was printed before comes first
+        try:
+            if stream is not None and stream.fileno() == fd:
+                stream.flush()
+        except (AttributeError, OSError, ValueError):  # a stream without a descriptor
+            pass
+    view = memoryview(blob)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as err:
+        raise OSError(err.errno, err.strerror or str(err), given) from err
+
+
 def write_file(path: str | os.PathLike, data: str | bytes) -> Path:
     """Write ``data`` (text as UTF-8) to ``path`` whole or not at all; returns ``path``.
 
@@ -51,8 +94,11 @@ def write_file(path: str | os.PathLike, data: str | bytes) -> Path:
     interrupt never leaves half an output behind and the old file stays as it was; the
     target's permission bits (and, when allowed, owner) are kept, and the folder is fsynced
     after the rename (best effort). A symbolic link stays a link: its target is written. A
-    character device or a FIFO (``/dev/stdout``, a named pipe) is written directly: renaming
-    over it would replace the device by a file.
+    character device or a FIFO (``/dev/null``, a named pipe) is written directly: renaming
+    over it would replace the device by a file. A path naming one of the process's open
+    descriptors (``/dev/stdout``, :func:`descriptor`) is written through that descriptor, after
+    what the process printed there, whatever it leads to (a pipe, a file the shell opened with
+    ``>>``: its contents stay).
 
     Raises:
         ValueError: if ``path`` is a directory, a socket, a block device or another special
@@ -61,10 +107,14 @@ def write_file(path: str | os.PathLike, data: str | bytes) -> Path:
             temporary file is left behind.
     """
     given = os.fspath(path)
+    blob = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    fd = descriptor(given)
+    if fd is not None:
+        _write_descriptor(fd, blob, given)
+        return Path(given)
     kind = unwritable_kind(given)
     if kind is not None:
         raise ValueError(f"{given!r} is {kind}, expected a file to write")
-    blob = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     target = Path(os.path.realpath(given))  # through symbolic links: a link stays a link
     try:
         old = os.stat(target)

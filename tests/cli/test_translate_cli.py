@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 
 import pytest
@@ -242,6 +243,56 @@ def test_output_file(model_dir, expected, monkeypatch, tmp_path, capsys):
     assert out.read_text(encoding="utf-8").split("\n")[:-1] == expected
     assert capsys.readouterr().out == ""
     assert [p.name for p in tmp_path.iterdir()] == ["out.en"]  # no temporary file left
+
+
+def test_output_to_dev_stdout_keeps_what_the_shell_appends_to(
+    model_dir, expected, monkeypatch, tmp_path, capsys
+):
+    """`-o /dev/stdout >> log.txt`: the translations go after the log's lines, through the
+    open descriptor; following /dev/stdout to log.txt and replacing it lost the log."""
+    _stdin(monkeypatch, ("\n".join(LINES) + "\n").encode())
+    log = tmp_path / "log.txt"
+    log.write_text("line 1 of my log\nline 2 of my log\n")
+    saved = os.dup(1)
+    appending = os.open(log, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.dup2(appending, 1)  # the shell's `>> log.txt`
+        code = main(["translate", "--model", str(model_dir), "-o", "/dev/stdout", *FAST])
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(appending)
+    assert code == 0, capsys.readouterr().err
+    lines = log.read_text(encoding="utf-8").split("\n")[:-1]
+    assert lines == ["line 1 of my log", "line 2 of my log", *expected]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.txt"]
+
+
+@pytest.mark.parametrize(
+    "path, message",
+    [
+        ("/dev/fd/{fd}", "--output: '/dev/fd/{fd}' names descriptor {fd}, which is not open"),
+        ("/dev/stdin", "--output: '/dev/stdin' names descriptor 0, open for reading only"),
+    ],
+)
+def test_output_descriptors_that_cannot_be_written_fail_before_loading(
+    model_dir, monkeypatch, tmp_path, capsys, path, message
+):
+    monkeypatch.setattr(loading, "load_translation_model", lambda *a, **k: pytest.fail("loaded"))
+    _stdin(monkeypatch, b"Ein Hund.\n")
+    reading = os.open(tmp_path / "in.txt", os.O_RDONLY | os.O_CREAT)
+    saved = os.dup(0)
+    unused = os.open(os.devnull, os.O_RDONLY)  # a number no descriptor has once closed
+    os.close(unused)
+    try:
+        os.dup2(reading, 0)  # standard input open for reading only, as a shell's `<`
+        code = main(["translate", "--model", str(model_dir), "-o", path.format(fd=unused), *FAST])
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+        os.close(reading)
+    assert code == 2
+    assert capsys.readouterr().err == f"attnkit translate: error: {message.format(fd=unused)}\n"
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from attnkit.cpus import usable_cpus
-from attnkit.files import unwritable_kind, write_file, write_text
+from attnkit.files import descriptor, unwritable_kind, write_file, write_text
 
 __all__ = [
     "MAX_BATCH_SIZE",
@@ -141,7 +141,9 @@ def check_output_path(
     """Check, before any work, that a file can be written at ``path``.
 
     A symbolic link is checked (and later written) through to its target; a character device
-    or a FIFO (``/dev/null``, a named pipe) is accepted and written directly. ``inputs``:
+    or a FIFO (``/dev/null``, a named pipe) is accepted and written directly; a path naming an
+    open descriptor of the process (``/dev/stdout``: :func:`attnkit.files.descriptor`) must be
+    open for writing, and is written through it. ``inputs``:
     (path, flag) of the files the command reads; writing over one of them would lose it.
 
     Raises:
@@ -153,6 +155,10 @@ def check_output_path(
     out = Path(path)
     if str(path) == "":
         raise ValueError(f"{flag}: expected a file name, got an empty string")
+    fd = descriptor(out)
+    if fd is not None:
+        _check_writable_descriptor(fd, out, flag)
+        return out
     if out.is_dir():
         raise ValueError(f"{flag}: {str(out)!r} is a directory, expected a file name")
     kind = unwritable_kind(out)
@@ -175,6 +181,19 @@ def check_output_path(
     if not target.exists() and not os.access(folder, os.W_OK | os.X_OK):
         raise ValueError(f"{flag}: cannot create files in the read-only folder {str(folder)!r}")
     return out
+
+
+def _check_writable_descriptor(fd: int, out: Path, flag: str) -> None:
+    try:
+        import fcntl  # POSIX; a path naming a descriptor is a POSIX notion too
+    except ImportError:
+        return
+    try:
+        mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+    except OSError:
+        raise ValueError(f"{flag}: {str(out)!r} names descriptor {fd}, which is not open") from None
+    if mode not in (os.O_WRONLY, os.O_RDWR):
+        raise ValueError(f"{flag}: {str(out)!r} names descriptor {fd}, open for reading only")
 
 
 def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
