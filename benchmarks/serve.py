@@ -14,7 +14,9 @@ beam 5) answers, in order:
 4. after: the sentences of step 1 again, concurrently: every answer normal.
 
 Every 200 answer must equal the offline translation of its sentence (``attnkit translate
---beam 5`` on the same sentences, run as a separate process): the output counts mismatches
+--beam 5`` on the same sentences, run as a separate process; both in ``--dtype`` float32, where
+a text's translation does not depend on the texts batched with it, unlike bfloat16's, which
+``--dtype auto`` picks on AVX-512 and AMX CPUs): the output counts mismatches
 and errors. Throughput = sentences / wall-clock seconds of a step; latency percentiles are per
 request (send to answer). Bounded: every request has a timeout, every step a budget
 (``--max-seconds`` in all), and the server is stopped (SIGTERM, then SIGKILL) at the end.
@@ -84,7 +86,7 @@ class Server:
             sys.executable, "-m", "attnkit", "serve", "--port", "0", "--bert-model", "none",
             "--gpt-model", "none",  # the translator alone, as docs/benchmarks.md measured
             "--max-queue", str(args.max_queue), "--max-wait-ms", str(args.max_wait_ms),
-            "--max-texts", str(min(64, args.max_queue)),
+            "--max-texts", str(min(64, args.max_queue)), "--dtype", args.dtype,
         ]  # fmt: skip
         if args.threads:
             command += ["--threads", str(args.threads)]
@@ -173,13 +175,14 @@ async def drive(url, jobs, expected, clients: int, step: Step, budget: float, ti
         step.errors.append(f"budget of {budget:.0f} s spent with {len(queue)} requests unsent")
 
 
-def offline_translations(sentences: list[str]) -> list[str]:
-    """`attnkit translate --beam 5` on the sentences, as a separate process."""
+def offline_translations(sentences: list[str], dtype: str) -> list[str]:
+    """`attnkit translate --beam 5 --dtype DTYPE` on the sentences, as a separate process."""
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "src.de"
         src.write_text("".join(s + "\n" for s in sentences), encoding="utf-8")
         done = subprocess.run(
-            [sys.executable, "-m", "attnkit", "translate", "--input", str(src), "--beam", str(BEAM)],
+            [sys.executable, "-m", "attnkit", "translate", "--input", str(src), "--beam", str(BEAM),
+             "--dtype", dtype],
             capture_output=True, text=True, timeout=1800, check=True,
         )  # fmt: skip
     lines = done.stdout.splitlines()
@@ -249,6 +252,10 @@ def main() -> int:
     parser.add_argument(
         "--overload-requests", type=int, default=2000, help="requests of the overload test"
     )
+    parser.add_argument(
+        "--dtype", choices=("float32", "bfloat16", "auto"), default="float32",
+        help="the server's and the offline translation's --dtype",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=None, help="the server's torch threads")
     parser.add_argument("--max-seconds", type=float, default=1800, help="budget of the whole run")
     args = parser.parse_args()
@@ -264,8 +271,8 @@ def main() -> int:
     print(f"setup: {len(sentences)} test2016 sentences, beam {BEAM}, shipped de-en model; server "
           f"--max-queue {args.max_queue} --max-wait-ms {args.max_wait_ms}; 127.0.0.1")  # fmt: skip
     t = time.perf_counter()
-    expected = list(zip(sentences, offline_translations(sentences), strict=True))
-    print(f"offline `attnkit translate --beam {BEAM}`: {time.perf_counter() - t:.1f} s "
+    expected = list(zip(sentences, offline_translations(sentences, args.dtype), strict=True))
+    print(f"offline `attnkit translate --beam {BEAM} --dtype {args.dtype}`: {time.perf_counter() - t:.1f} s "
           f"(process start and model load included)")  # fmt: skip
 
     server = Server(args)

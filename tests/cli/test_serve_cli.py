@@ -40,7 +40,8 @@ def test_every_setting_error_names_its_flag():
     settings = {f.name for f in dataclasses.fields(ServeSettings)} - {"device", "retry_after"}
     assert set(serve_command.SETTING_FLAGS) == settings
     for name, flag in serve_command.SETTING_FLAGS.items():
-        assert name in vars(parser.parse_args([flag, "1"]))  # the flag sets the setting
+        value = "float32" if name == "dtype" else "1"  # (a choice; the others take numbers)
+        assert name in vars(parser.parse_args([flag, value]))  # the flag sets the setting
     for name in ("max_wait_ms", "drain_seconds", "batch_tokens", "max_queue", "max_beam"):
         with pytest.raises(ValueError) as caught:
             ServeSettings(**{name: -1})

@@ -146,6 +146,7 @@ def test_malformed_json_and_unknown_routes(client):
         ({"max_texts": 10, "max_queue": 5}, "expected max_texts <= max_queue"),
         ({"batch_tokens": 0}, "batch_tokens: expected an integer >= 1, got 0"),
         ({"max_wait_ms": -1}, "max_wait_ms: expected a finite number >= 0, got -1"),
+        ({"dtype": "float16"}, "dtype: expected one of auto, float32, bfloat16, got 'float16'"),
     ],
 )
 def test_bad_settings(settings, message):

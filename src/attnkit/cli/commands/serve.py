@@ -24,8 +24,11 @@ and / (a web page). Every error is JSON naming the problem.
 
 Concurrent translation (and embedding) requests are gathered into one model batch of up to
 --batch-tokens source tokens, waiting at most --max-wait-ms for companions; each request gets
-exactly its own results, equal to `attnkit translate`'s. Beyond --max-queue waiting texts (or
---max-jobs generations) the answer is 503 with Retry-After.
+its own results. In float32 they are exactly `attnkit translate --dtype float32`'s, whatever
+else is in the batch; in bfloat16 (what --dtype auto picks on AVX-512 and AMX CPUs) a text can
+round differently beside other requests' texts, as in translate's own batches (--dtype
+float32 rules that out). Beyond --max-queue waiting texts (or --max-jobs generations) the
+answer is 503 with Retry-After.
 
 The port answers once "listening on" is logged, while the models load: /healthz with 200,
 /readyz with 503 until they are loaded (then 200), API requests with 503. A model folder that
@@ -43,13 +46,17 @@ examples:
 """
 
 
+# attnkit.serve.settings.DTYPES, not imported: the command line imports the serve extra only
+# when the command runs (a test checks the two agree).
+DTYPES = ("auto", "float32", "bfloat16")
+
 # The ServeSettings fields the command sets -> their flags (--device: see resolve_device).
 SETTING_FLAGS = {
     name: "--" + name.replace("_", "-")
     for name in (
         "translation_model", "gpt_model", "bert_model", "batch_tokens", "max_wait_ms",
         "max_queue", "max_jobs", "max_body_bytes", "max_texts", "max_tokens_per_text",
-        "max_beam", "max_new_tokens", "drain_seconds",
+        "max_beam", "max_new_tokens", "drain_seconds", "dtype",
     )
 }  # fmt: skip
 _SETTING = re.compile(r"\b(" + "|".join(SETTING_FLAGS) + r")\b")
@@ -132,7 +139,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device", default=None, help="cpu, cuda, ... (default: cuda if available)"
     )
-    parser.add_argument("--threads", type=threads, default=None, help="CPU threads for torch")
+    parser.add_argument(
+        "--dtype", choices=DTYPES, default="auto",
+        help="the translation model's compute dtype, as attnkit translate's: auto (default) is "
+        "bfloat16 where the device computes it natively (CUDA, AVX-512 or AMX CPUs), float32 "
+        "elsewhere; float32 answers never depend on other requests",
+    )  # fmt: skip
+    parser.add_argument(
+        "--threads", type=threads, default=None,
+        help="CPU threads for torch (default: torch's, the usable cores)",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -163,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
             gpt_model=args.gpt_model,
             bert_model=args.bert_model,
             device=device,
+            dtype=args.dtype,
             batch_tokens=args.batch_tokens,
             max_wait_ms=args.max_wait_ms,
             max_queue=args.max_queue,
