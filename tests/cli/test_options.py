@@ -5,9 +5,11 @@ writer alike. The writer itself is tested in tests/test_files.py. Only tmp_path 
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import socket
+import sys
 
 import pytest
 
@@ -92,3 +94,53 @@ def test_an_output_that_is_an_input_is_refused(tmp_path, how):
     other = tmp_path / "x.en"
     other.write_text("old\n")  # another existing file, or standard input: written as before
     assert check_output_path(other, "--output", inputs=[(source, "--input"), ("-", "-i")]) == other
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    "stdin, path, said",
+    [(_Terminal(), "-", True), (io.StringIO(), "-", False), (_Terminal(), "in.txt", False)],
+    ids=["terminal", "pipe", "file"],
+)
+def test_reading_a_terminal_is_said_and_how_to_end_it(monkeypatch, capsys, stdin, path, said):
+    from attnkit.cli.options import note_terminal_input
+
+    monkeypatch.setattr(sys, "stdin", stdin)
+    note_terminal_input(path, "translate", "sentences")
+    expected = (
+        "attnkit translate: reading sentences from the terminal, one a line; end with Ctrl-D "
+        "(Ctrl-C to stop)\n"
+    )
+    assert capsys.readouterr().err == (expected if said else "")
+
+
+def test_translate_on_a_terminal_says_so_then_translates_what_is_typed():
+    """Before: `attnkit translate` on a terminal waited without a word."""
+    import pty
+    import select
+    import subprocess
+
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnkit", "translate", "--dtype", "float32"],
+        stdin=terminal, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    os.close(terminal)
+    try:
+        err = b""
+        while b"Ctrl-D" not in err:  # the hint comes before anything is read
+            ready, _, _ = select.select([proc.stderr], [], [], 120)
+            assert ready, f"no hint on standard error: {err!r}"
+            err += os.read(proc.stderr.fileno(), 4096)
+        os.write(controller, b"Ein Hund rennt.\n\x04")  # a line, then Ctrl-D
+        out, rest = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+        os.close(controller)
+    assert proc.returncode == 0, rest
+    assert b"attnkit translate: reading sentences from the terminal" in err
+    assert out.decode().strip().lower().startswith("a dog"), out

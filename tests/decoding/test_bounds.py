@@ -54,6 +54,11 @@ translate_module = importlib.import_module("attnkit.decoding.translate")
         (dict(min_len=-1), r"min_len: expected an integer >= 0, got -1"),
         (dict(min_len=1.5), r"min_len: expected an integer >= 0, got 1.5"),
         (
+            dict(max_len_a=0, max_len_b=0),
+            r"min_len: expected at most max_len_b=0, the length "
+            r"of every output when max_len_a is 0, got 1",
+        ),
+        (
             dict(lenpen=math.nan),
             r"lenpen: expected a number from -10 to 10 \(usual: 0 to 2\), got nan",
         ),

@@ -170,15 +170,33 @@ def test_json_sent_without_its_content_type_is_told_so(client, headers, message)
 
 
 def test_a_body_that_is_not_utf8_is_named(client):
-    """Before: 400 'There was an error parsing the body'."""
+    """Before: 400 'There was an error parsing the body'; 422 as any body that is not JSON."""
     bad = client.post(
         "/v1/translate",
         content=b'{"texts": ["\xff"]}',
         headers={"content-type": "application/json"},
     )
-    assert error(bad, 400) == (
+    assert error(bad, 422) == (
         "body: not UTF-8 (byte 0xff at offset 12); JSON must be sent as UTF-8"
     )
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "body: JSON nested too deeply to parse"),
+        (b'{"texts": ["a"], "beam": ' + b"9" * 5000 + b"}", "body: not valid JSON (Exceeds the"),
+    ],
+    ids=["nested", "long-integer"],
+)
+def test_json_python_cannot_parse_is_named_with_the_status_of_bad_json(models, content, message):
+    """Before: 400 'body: the request body could not be parsed', where a body whose JSON does
+    not parse answers 422. (The default body limit, 1 MiB, lets these bodies through.)"""
+    with TestClient(create_app(ServeSettings(), models=models)) as client:
+        bad = client.post(
+            "/v1/translate", content=content, headers={"content-type": "application/json"}
+        )
+    assert error(bad, 422).startswith(message)
 
 
 @pytest.mark.parametrize(
@@ -202,3 +220,16 @@ def test_text_that_is_not_utf8_is_named(client, path, body, where):
     assert "not valid UTF-8 text (a lone surrogate U+DC80 at character" in message or (
         "unicode" in message
     )
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (b'{"prompt": "hi", "temperature": Infinity}', "temperature: expected a finite number, got inf"),
+        (b'{"prompt": "hi", "repetition_penalty": Infinity}', "repetition_penalty: expected a finite number, got inf"),
+    ],
+)  # fmt: skip
+def test_a_non_finite_setting_is_named_alone(client, body, message):
+    """Before: 'temperature, repetition_penalty: expected finite numbers' for either."""
+    bad = client.post("/v1/generate", content=body, headers={"content-type": "application/json"})
+    assert error(bad, 422) == message

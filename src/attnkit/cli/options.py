@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -28,6 +29,7 @@ __all__ = [
     "check_output_path",
     "check_text_argument",
     "integer",
+    "note_terminal_input",
     "real",
     "resolve_device",
     "threads",
@@ -201,6 +203,18 @@ def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
         return os.path.samefile(a, b)  # through links, hard and symbolic
     except OSError:  # one of them does not exist (yet)
         return False
+
+
+def note_terminal_input(path: str | os.PathLike, command: str, what: str) -> None:
+    """Say on standard error that ``path`` (``-``) is read from the terminal, and how to end
+    it: without a word the command would seem to hang. Nothing when input is a file or pipe."""
+    if str(path) == STDIN and sys.stdin is not None and sys.stdin.isatty():
+        print(
+            f"attnkit {command}: reading {what} from the terminal, one a line; "
+            "end with Ctrl-D (Ctrl-C to stop)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def check_input_path(path: str | os.PathLike, flag: str) -> None:

@@ -105,6 +105,11 @@ class DecodingConfig:
             raise ValueError(f"max_len_b: expected an integer >= 0, got {self.max_len_b!r}")
         if not _is_int(self.min_len) or self.min_len < 0:
             raise ValueError(f"min_len: expected an integer >= 0, got {self.min_len!r}")
+        if self.max_len_a == 0 and self.min_len > self.max_len_b:  # no output could obey both
+            raise ValueError(
+                f"min_len: expected at most max_len_b={self.max_len_b}, the length of every output "
+                f"when max_len_a is 0, got {self.min_len}"
+            )
         if not _is_real(self.lenpen) or not -MAX_LENPEN <= self.lenpen <= MAX_LENPEN:
             raise ValueError(
                 f"lenpen: expected a number from {-MAX_LENPEN:g} to {MAX_LENPEN:g} (usual: 0 to "

@@ -7,6 +7,7 @@ client needs one error parser.
 
 from __future__ import annotations
 
+import json
 import logging
 from http import HTTPStatus
 
@@ -101,25 +102,32 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def _http(request: Request, err: HTTPException):
         message = err.detail if isinstance(err.detail, str) else HTTPStatus(err.status_code).phrase
-        if err.status_code == 400 and message == "There was an error parsing the body":
+        status = err.status_code
+        if status == 400 and message == "There was an error parsing the body":
             message = await _unparsable_body(request)
+            status = 422  # as for JSON that does not parse: the body is the client's error
         elif err.status_code == 404:
             message = f"no such endpoint: {request.method} {request.url.path}"
         elif err.status_code == 405:
             message = f"{request.method} is not allowed on {request.url.path}"
-        return JSONResponse(error_body(err.status_code, message), err.status_code, err.headers)
+        return JSONResponse(error_body(status, message), status, err.headers)
 
 
 async def _unparsable_body(request: Request) -> str:
     """What FastAPI's "There was an error parsing the body" was about: JSON that is not UTF-8
-    (the only cause left once the JSON itself parsed), said with the byte and its offset."""
+    (said with the byte and its offset), nested deeper than Python's parser goes, or holding an
+    integer longer than Python converts (said with Python's words)."""
     try:
-        (await request.body()).decode("utf-8")
+        json.loads((await request.body()).decode("utf-8"))
     except UnicodeDecodeError as err:
         return (
             f"body: not UTF-8 (byte {err.object[err.start]:#04x} at offset {err.start}); JSON "
             "must be sent as UTF-8"
         )
+    except RecursionError:
+        return "body: JSON nested too deeply to parse"
+    except ValueError as err:  # e.g. an integer of more than 4,300 digits
+        return f"body: not valid JSON ({err})"
     except Exception:  # the body can no longer be read: keep FastAPI's words
         pass
     return "body: the request body could not be parsed"

@@ -309,8 +309,10 @@ class GenerationService:
         temperature = request.temperature
         if temperature is None:  # as `attnkit generate`: top_k/top_p imply sampling
             temperature = 1.0 if sampling else 0.0
-        if not math.isfinite(temperature) or not math.isfinite(request.repetition_penalty):
-            raise ApiError(422, "temperature, repetition_penalty: expected finite numbers")
+        given = {"temperature": temperature, "repetition_penalty": request.repetition_penalty}
+        for name, value in given.items():  # the field sent, not every field that could be
+            if not math.isfinite(value):
+                raise ApiError(422, f"{name}: expected a finite number, got {value}")
         try:
             config = GenerationConfig(
                 max_new_tokens=new_tokens,

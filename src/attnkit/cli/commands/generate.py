@@ -13,6 +13,7 @@ from attnkit.cli.options import (
     batch_size,
     check_text_argument,
     integer,
+    note_terminal_input,
     real,
     resolve_device,
     threads,
@@ -84,7 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--max-new-tokens", type=integer(1), default=64, metavar="N",
-        help="tokens to generate at most per prompt (default 64; prompt + N <= context length)",
+        help="tokens to generate at most per prompt (default 64; the model reads the prompt and "
+        "every new token but the last: prompt + N - 1 <= context length)",
     )  # fmt: skip
     parser.add_argument(
         "--temperature", type=real(0.0), default=None, metavar="T",
@@ -129,7 +131,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device", default=None, help="cpu, cuda, ... (default: cuda if available)"
     )
-    parser.add_argument("--threads", type=threads, default=None, help="CPU threads for torch")
+    parser.add_argument(
+        "--threads", type=threads, default=None,
+        help="CPU threads for torch (default: torch's, the usable cores)",
+    )  # fmt: skip
     parser.add_argument(
         "--compile", action="store_true",
         help="run the decoding steps through torch.compile: 1.19-1.35x faster steps on an "
@@ -212,6 +217,7 @@ def _prompts(args: argparse.Namespace) -> list[str]:
         return [check_text_argument(args.prompt, "PROMPT")]
     from attnkit.metrics.io import read_lines
 
+    note_terminal_input(STDIN, NAME, "prompts")
     return read_lines(STDIN)
 
 

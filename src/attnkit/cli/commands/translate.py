@@ -9,6 +9,7 @@ from attnkit.cli.options import (
     check_input_path,
     check_output_path,
     integer,
+    note_terminal_input,
     option_error,
     real,
     resolve_device,
@@ -311,6 +312,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output != "-":
         check_output_path(args.output, "--output", inputs=[(args.input, "--input")])
         _refuse_output_in_the_model(args.output, args.model)
+    note_terminal_input(args.input, NAME, "sentences")
     lines = read_lines(args.input)
     with build_translator(args) as translator:  # stops its worker processes when done
         result = translate_lines(translator, lines, progress=not args.no_progress)
