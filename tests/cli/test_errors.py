@@ -333,3 +333,34 @@ def test_batch_size_is_bounded(command, value, monkeypatch, capsys):
 def test_the_largest_batch_size_is_accepted(command):
     args = build_parser().parse_args([command, "--batch-size", str(MAX_BATCH_SIZE), "text"])
     assert args.batch_size == MAX_BATCH_SIZE
+
+
+def test_library_warnings_read_as_the_commands_own_lines(tmp_path):
+    """Before: `WARNING attnkit.viz.capture: source: ...` beside `attnkit translate: warning:`
+    lines; now one form. A 300-word text is cut to the shipped model's length, with a warning
+    logged by the library."""
+    import subprocess
+
+    text = " ".join(["Hund"] * 300)
+    out = tmp_path / "a.html"
+    done = subprocess.run(
+        [sys.executable, "-m", "attnkit", "attention", text, "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "attnkit attention: warning: source: 300 tokens, cut to the model's" in done.stderr
+    assert "WARNING" not in done.stderr
+
+
+def test_info_lines_keep_their_level_and_logger():
+    import logging
+
+    from attnkit.cli import _CommandFormatter
+
+    formatter = _CommandFormatter("serve")
+    info = logging.LogRecord(
+        "attnkit.serve", logging.INFO, __file__, 1, "listening on %s", ("x",), None
+    )
+    warning = logging.LogRecord("attnkit.x", logging.WARNING, __file__, 1, "odd: %d", (3,), None)
+    assert formatter.format(info) == "INFO attnkit.serve: listening on x"
+    assert formatter.format(warning) == "attnkit serve: warning: odd: 3"

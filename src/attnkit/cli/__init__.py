@@ -144,6 +144,23 @@ def entry() -> None:
     sys.exit(main())
 
 
+class _CommandFormatter(logging.Formatter):
+    """Warnings and errors logged by the library as the command's own lines say them
+    (``attnkit translate: warning: ...``); progress (info, debug) with its level and logger."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__("%(levelname)s %(name)s: %(message)s")
+        self.command = command
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.levelno >= logging.WARNING:
+            line = f"attnkit {self.command}: {record.levelname.lower()}: {record.getMessage()}"
+            if record.exc_info:
+                line += "\n" + self.formatException(record.exc_info)
+            return line
+        return super().format(record)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; return its exit status.
 
@@ -155,11 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = build_parser()
     args = _parse(parser, argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_CommandFormatter(args.command))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     if args.verbose:  # active() reads /proc/self/maps: only when the line is shown
         logging.getLogger(__name__).debug("memory allocator: %s", allocator.active())
 
