@@ -12,7 +12,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     not a flag's False, not already said in the help text)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        if action.default in (None, False) or "default" in (action.help or ""):
+        said = any(word in (action.help or "") for word in ("default:", "(default", "%(default)"))
+        if action.default is None or action.default is False or said:
             return action.help or ""
         return super()._get_help_string(action)
 

@@ -46,6 +46,7 @@ import httpx
 from machine import HelpFormatter, cpu_name, load_average, usable_cores  # benchmarks/machine.py
 
 from attnkit.data import load_named_corpus
+from attnkit.serve.settings import DTYPES  # the server's --dtype choices
 
 BEAM = 5
 SETTLE_SECONDS = 5.0  # after the overload, before its memory is read again
@@ -253,7 +254,7 @@ def main() -> int:
         "--overload-requests", type=int, default=2000, help="requests of the overload test"
     )
     parser.add_argument(
-        "--dtype", choices=("float32", "bfloat16", "auto"), default="float32",
+        "--dtype", choices=DTYPES, default="float32",
         help="the server's and the offline translation's --dtype",
     )  # fmt: skip
     parser.add_argument("--threads", type=int, default=None, help="the server's torch threads")

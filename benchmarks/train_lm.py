@@ -309,7 +309,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4, help="alternations of the two sides")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per side")
     parser.add_argument("--threads", type=int, default=0, help="0 = the usable cores")
-    parser.add_argument("--budget-minutes", type=float, default=0.0, help="recipe comparison")
+    parser.add_argument(
+        "--budget-minutes",
+        type=float,
+        default=0.0,
+        help="minutes each side trains its own recipe, then both are scored (0: the step comparison only)",
+    )
     args = parser.parse_args()
 
     config = TrainConfig.from_toml(args.config, args.overrides)

@@ -39,3 +39,27 @@ def test_every_option_has_help(script):
         assert any(k.arg == "formatter_class" for k in parser.keywords), (
             f"{script.name}:{parser.lineno}: an ArgumentParser without formatter_class"
         )
+
+
+def test_help_states_defaults_but_not_none_false_or_twice():
+    import argparse
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from machine import HelpFormatter
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    parser = argparse.ArgumentParser(formatter_class=HelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds")
+    parser.add_argument("--threads", type=int, default=0, help="0 = usable cores")
+    parser.add_argument("--model", default=None, help="a folder")
+    parser.add_argument("--fast", action="store_true", help="be quick")
+    parser.add_argument("--chunk", type=int, default=250, help="sentences (default: 250)")
+    parser.add_argument("--things", type=int, default=2, help="defaulted things")
+    text = " ".join(parser.format_help().split())
+    assert "timed rounds (default: 3)" in text
+    assert "0 = usable cores (default: 0)" in text  # 0 is a default worth stating
+    assert "a folder --fast" in text and "be quick --chunk" in text  # None, False: not stated
+    assert "sentences (default: 250) --things" in text  # said once
+    assert "defaulted things (default: 2)" in text

@@ -80,6 +80,40 @@ def test_descriptor_names_the_open_descriptors_a_path_leads_to(tmp_path):
     assert files.descriptor(plain) is None
     assert files.descriptor(tmp_path / "missing.txt") is None
     assert files.descriptor(f"/proc/{os.getpid() + 1}/fd/1") is None  # another process's
+    folder = tmp_path / "fds"
+    folder.symlink_to("/dev/fd")  # a link to the folder, not to the descriptor
+    assert files.descriptor(folder / "4") == 4
+    assert files.descriptor(f"/proc/self/task/{threading.get_native_id()}/fd/6") == 6
+    relative = Path(os.path.relpath("/dev/stdout"))
+    assert files.descriptor(relative) == 1
+
+
+def test_a_full_non_blocking_pipe_is_waited_for_and_gets_everything():
+    """A non-blocking descriptor (as some process managers give) took 64 KiB, then raised
+    BlockingIOError."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    blob = bytes(range(256)) * 2048  # 512 KiB, more than a pipe holds
+    received = bytearray()
+
+    def drain():
+        while chunk := os.read(read_end, 65536):
+            received.extend(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        write_file(f"/dev/fd/{write_end}", blob)
+    finally:
+        os.close(write_end)
+    reader.join(timeout=60)
+    os.close(read_end)
+    assert bytes(received) == blob
+
+
+def test_a_descriptor_number_beyond_any_is_an_os_error_naming_the_path():
+    with pytest.raises(OSError, match="/dev/fd/4294967296"):
+        write_file("/dev/fd/4294967296", "x")
 
 
 _CHILD = (

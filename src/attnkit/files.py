@@ -8,8 +8,10 @@ It sits at the bottom of the package (it imports nothing from attnkit), so the l
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import select
 import shutil
 import stat
 import sys
@@ -51,39 +53,61 @@ _LINK_HOPS = 40  # symbolic links followed before giving up (the kernel's limit)
 
 def descriptor(path: str | os.PathLike) -> int | None:
     """The number of this process's open file descriptor that ``path`` names (``/dev/stdout``,
-    ``/dev/stderr``, ``/dev/fd/N``, ``/proc/self/fd/N``, or a symbolic link to one), else None.
+    ``/dev/stderr``, ``/dev/fd/N``, ``/proc/self/fd/N``, ``/proc/self/task/T/fd/N``, through
+    symbolic links to them or to their folders), else None.
 
     Such a path must be written through the descriptor itself: following it leads to whatever
     the shell connected (a file opened for appending, ``>>``, a file other output also goes
     to, a pipe), and opening or replacing that would truncate it or fail.
     """
-    own = re.compile(rf"/(?:dev/fd|proc/(?:self|thread-self|{os.getpid()})/fd)/(\d+)")
+    pid = os.getpid()
+    own = re.compile(
+        rf"/(?:dev/fd|proc/(?:self|thread-self|{pid})(?:/task/\d+)?/fd)/(\d+)"
+    )  # (the folders' own names, and what they resolve to: /proc/PID/fd, /proc/PID/task/T/fd)
     current = os.path.abspath(os.fspath(path))
     for _ in range(_LINK_HOPS):
         found = own.fullmatch(current)
         if found:
             return int(found.group(1))
+        # the folder through its links (/dev/fd -> /proc/self/fd -> /proc/PID/fd), then the name
+        folder, name = os.path.split(current)
+        current = os.path.join(os.path.realpath(folder), name)
+        found = own.fullmatch(current)
+        if found:
+            return int(found.group(1))
         if not os.path.islink(current):
             return None
-        link = os.readlink(current)
-        current = os.path.normpath(os.path.join(os.path.dirname(current), link))
+        current = os.path.normpath(os.path.join(os.path.dirname(current), os.readlink(current)))
     return None
 
 
-def _write_descriptor(fd: int, blob: bytes, given: str) -> None:
-    """Write ``blob`` to the open descriptor ``fd`` at its own position (append mode kept)."""
-    for stream in (sys.stdout, sys.stderr):  # what was printed before comes first
+def _flush_streams() -> None:
+    """Flush what Python buffered for standard output and error (as replaced or not): the
+    text printed before an output written through a descriptor comes before it, whichever
+    descriptor the streams and the output share."""
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
-            if stream is not None and stream.fileno() == fd:
+            if stream is not None:
                 stream.flush()
-        except (AttributeError, OSError, ValueError):  # a stream without a descriptor
+        except (AttributeError, OSError, ValueError):  # closed, or a stream without a flush
             pass
+
+
+def _write_descriptor(fd: int, blob: bytes, given: str) -> None:
+    """Write ``blob`` to the open descriptor ``fd`` at its own position (append mode kept),
+    waiting while a non-blocking one is full. Not whole-or-nothing: a pipe or terminal takes
+    the text as it comes (a full disk or a closed pipe can leave part of it written)."""
+    _flush_streams()
     view = memoryview(blob)
     try:
         while view:
-            view = view[os.write(fd, view) :]
-    except OSError as err:
-        raise OSError(err.errno, err.strerror or str(err), given) from err
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:  # a non-blocking descriptor that is full: wait for room
+                select.select([], [fd], [])
+    except (OSError, OverflowError) as err:  # (OverflowError: a number beyond any descriptor)
+        errno_ = getattr(err, "errno", None) or errno.EBADF
+        raise OSError(errno_, getattr(err, "strerror", None) or str(err), given) from err
 
 
 def write_file(path: str | os.PathLike, data: str | bytes) -> Path:
@@ -97,8 +121,8 @@ def write_file(path: str | os.PathLike, data: str | bytes) -> Path:
     character device or a FIFO (``/dev/null``, a named pipe) is written directly: renaming
     over it would replace the device by a file. A path naming one of the process's open
     descriptors (``/dev/stdout``, :func:`descriptor`) is written through that descriptor, after
-    what the process printed there, whatever it leads to (a pipe, a file the shell opened with
-    ``>>``: its contents stay).
+    what the process printed, whatever it leads to (a pipe, a file the shell opened with
+    ``>>``: its contents stay); such a write is not whole-or-nothing (a stream cannot be).
 
     Raises:
         ValueError: if ``path`` is a directory, a socket, a block device or another special

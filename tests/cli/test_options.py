@@ -135,7 +135,9 @@ def test_translate_on_a_terminal_says_so_then_translates_what_is_typed():
         while b"Ctrl-D" not in err:  # the hint comes before anything is read
             ready, _, _ = select.select([proc.stderr], [], [], 120)
             assert ready, f"no hint on standard error: {err!r}"
-            err += os.read(proc.stderr.fileno(), 4096)
+            chunk = os.read(proc.stderr.fileno(), 4096)
+            assert chunk, f"the command ended before the hint: {err!r}"  # (no busy loop)
+            err += chunk
         os.write(controller, b"Ein Hund rennt.\n\x04")  # a line, then Ctrl-D
         out, rest = proc.communicate(timeout=300)
     finally:

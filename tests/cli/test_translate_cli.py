@@ -268,31 +268,59 @@ def test_output_to_dev_stdout_keeps_what_the_shell_appends_to(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.txt"]
 
 
+def _unused_descriptor() -> int:
+    """A descriptor number nothing holds: the highest the process may open (below 2^31)."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    fd = min(soft if soft != resource.RLIM_INFINITY else 1 << 20, 1 << 31) - 1
+    try:
+        os.fstat(fd)
+    except OSError:
+        return fd
+    pytest.fail(f"descriptor {fd} is open")
+
+
 @pytest.mark.parametrize(
     "path, message",
     [
         ("/dev/fd/{fd}", "--output: '/dev/fd/{fd}' names descriptor {fd}, which is not open"),
+        # beyond any descriptor: was an OverflowError with its traceback
+        ("/dev/fd/4294967296", "--output: '/dev/fd/4294967296' names descriptor 4294967296, "
+         "which is not open"),
         ("/dev/stdin", "--output: '/dev/stdin' names descriptor 0, open for reading only"),
+        ("/dev/stdout", "--output: '/dev/stdout' names descriptor 1, which is the --input file; "
+         "writing it would replace the text being read: choose another output file"),
     ],
-)
+)  # fmt: skip
 def test_output_descriptors_that_cannot_be_written_fail_before_loading(
     model_dir, monkeypatch, tmp_path, capsys, path, message
 ):
+    """Standard input is read from a file (`< in.txt`), standard output leads to the --input
+    file opened for reading and writing without appending (`1<> in.txt`): writing there would
+    overwrite the text read."""
     monkeypatch.setattr(loading, "load_translation_model", lambda *a, **k: pytest.fail("loaded"))
-    _stdin(monkeypatch, b"Ein Hund.\n")
-    reading = os.open(tmp_path / "in.txt", os.O_RDONLY | os.O_CREAT)
-    saved = os.dup(0)
-    unused = os.open(os.devnull, os.O_RDONLY)  # a number no descriptor has once closed
-    os.close(unused)
+    source = tmp_path / "in.txt"
+    source.write_text("Ein Hund.\n")
+    reading = os.open(source, os.O_RDONLY)
+    both = os.open(source, os.O_RDWR)
+    saved = os.dup(0), os.dup(1)
+    unused = _unused_descriptor()
     try:
         os.dup2(reading, 0)  # standard input open for reading only, as a shell's `<`
-        code = main(["translate", "--model", str(model_dir), "-o", path.format(fd=unused), *FAST])
+        os.dup2(both, 1)  # standard output on the input file, as a shell's `1<>`
+        code = main(
+            ["translate", "--model", str(model_dir), "-i", str(source), "-o",
+             path.format(fd=unused), *FAST]
+        )  # fmt: skip
     finally:
-        os.dup2(saved, 0)
-        os.close(saved)
-        os.close(reading)
+        os.dup2(saved[0], 0)
+        os.dup2(saved[1], 1)
+        for fd in (*saved, reading, both):
+            os.close(fd)
     assert code == 2
     assert capsys.readouterr().err == f"attnkit translate: error: {message.format(fd=unused)}\n"
+    assert source.read_text() == "Ein Hund.\n"
 
 
 @pytest.mark.parametrize(

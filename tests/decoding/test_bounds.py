@@ -55,8 +55,8 @@ translate_module = importlib.import_module("attnkit.decoding.translate")
         (dict(min_len=1.5), r"min_len: expected an integer >= 0, got 1.5"),
         (
             dict(max_len_a=0, max_len_b=0),
-            r"min_len: expected at most max_len_b=0, the length "
-            r"of every output when max_len_a is 0, got 1",
+            r"max_len_b: 0 with max_len_a=0 is every output's longest length, below min_len=1; "
+            r"expected max_len_b >= min_len",
         ),
         (
             dict(lenpen=math.nan),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import stat
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -159,7 +160,7 @@ def check_output_path(
         raise ValueError(f"{flag}: expected a file name, got an empty string")
     fd = descriptor(out)
     if fd is not None:
-        _check_writable_descriptor(fd, out, flag)
+        _check_writable_descriptor(fd, out, flag, inputs)
         return out
     if out.is_dir():
         raise ValueError(f"{flag}: {str(out)!r} is a directory, expected a file name")
@@ -185,17 +186,37 @@ def check_output_path(
     return out
 
 
-def _check_writable_descriptor(fd: int, out: Path, flag: str) -> None:
+def _check_writable_descriptor(
+    fd: int, out: Path, flag: str, inputs: Sequence[tuple[str | os.PathLike, str]]
+) -> None:
+    """A descriptor ``out`` names (:func:`attnkit.files.descriptor`) must be open for writing,
+    not lead to a block device, and not be one of ``inputs`` opened without appending (``1<>
+    in.txt``: the output would overwrite the text being read)."""
+    name = f"{flag}: {str(out)!r} names descriptor {fd}"
     try:
         import fcntl  # POSIX; a path naming a descriptor is a POSIX notion too
+
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        info = os.fstat(fd)
     except ImportError:
         return
-    try:
-        mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
-    except OSError:
-        raise ValueError(f"{flag}: {str(out)!r} names descriptor {fd}, which is not open") from None
-    if mode not in (os.O_WRONLY, os.O_RDWR):
-        raise ValueError(f"{flag}: {str(out)!r} names descriptor {fd}, open for reading only")
+    except (OSError, OverflowError):  # (OverflowError: a number beyond any descriptor)
+        raise ValueError(f"{name}, which is not open") from None
+    if flags & os.O_ACCMODE not in (os.O_WRONLY, os.O_RDWR):
+        raise ValueError(f"{name}, open for reading only")
+    if stat.S_ISBLK(info.st_mode):
+        raise ValueError(f"{name}, which leads to a block device, expected a file or a stream")
+    if stat.S_ISREG(info.st_mode) and not flags & os.O_APPEND:
+        for source, source_flag in inputs:
+            try:
+                same = str(source) != STDIN and os.path.samestat(info, os.stat(source))
+            except OSError:
+                same = False
+            if same:
+                raise ValueError(
+                    f"{name}, which is the {source_flag} file; writing it would replace the text "
+                    "being read: choose another output file"
+                )
 
 
 def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
@@ -208,10 +229,12 @@ def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
 def note_terminal_input(path: str | os.PathLike, command: str, what: str) -> None:
     """Say on standard error that ``path`` (``-``) is read from the terminal, and how to end
     it: without a word the command would seem to hang. Nothing when input is a file or pipe."""
-    if str(path) == STDIN and sys.stdin is not None and sys.stdin.isatty():
+    stdin = str(path) == STDIN or descriptor(path) == 0  # `-` or /dev/stdin
+    if stdin and sys.stdin is not None and sys.stdin.isatty():
+        end = "Ctrl-Z then Enter" if os.name == "nt" else "Ctrl-D"
         print(
             f"attnkit {command}: reading {what} from the terminal, one a line; "
-            "end with Ctrl-D (Ctrl-C to stop)",
+            f"end with {end} (Ctrl-C to stop)",
             file=sys.stderr,
             flush=True,
         )

@@ -107,8 +107,8 @@ class DecodingConfig:
             raise ValueError(f"min_len: expected an integer >= 0, got {self.min_len!r}")
         if self.max_len_a == 0 and self.min_len > self.max_len_b:  # no output could obey both
             raise ValueError(
-                f"min_len: expected at most max_len_b={self.max_len_b}, the length of every output "
-                f"when max_len_a is 0, got {self.min_len}"
+                f"max_len_b: {self.max_len_b} with max_len_a=0 is every output's longest length, "
+                f"below min_len={self.min_len}; expected max_len_b >= min_len"
             )
         if not _is_real(self.lenpen) or not -MAX_LENPEN <= self.lenpen <= MAX_LENPEN:
             raise ValueError(

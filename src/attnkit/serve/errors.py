@@ -104,8 +104,7 @@ def install_handlers(app: FastAPI) -> None:
         message = err.detail if isinstance(err.detail, str) else HTTPStatus(err.status_code).phrase
         status = err.status_code
         if status == 400 and message == "There was an error parsing the body":
-            message = await _unparsable_body(request)
-            status = 422  # as for JSON that does not parse: the body is the client's error
+            status, message = await _unparsable_body(request)
         elif err.status_code == 404:
             message = f"no such endpoint: {request.method} {request.url.path}"
         elif err.status_code == 405:
@@ -113,21 +112,24 @@ def install_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body(status, message), status, err.headers)
 
 
-async def _unparsable_body(request: Request) -> str:
-    """What FastAPI's "There was an error parsing the body" was about: JSON that is not UTF-8
-    (said with the byte and its offset), nested deeper than Python's parser goes, or holding an
-    integer longer than Python converts (said with Python's words)."""
+async def _unparsable_body(request: Request) -> tuple[int, str]:
+    """What FastAPI's "There was an error parsing the body" was about, and its status: 422, as
+    for JSON that does not parse, for JSON that is not UTF-8 (said with the byte and its
+    offset), nested deeper than Python's parser goes, or holding an integer too long to
+    convert; 400 with FastAPI's words when the body can no longer be read."""
     try:
         json.loads((await request.body()).decode("utf-8"))
     except UnicodeDecodeError as err:
-        return (
+        return 422, (
             f"body: not UTF-8 (byte {err.object[err.start]:#04x} at offset {err.start}); JSON "
             "must be sent as UTF-8"
         )
     except RecursionError:
-        return "body: JSON nested too deeply to parse"
-    except ValueError as err:  # e.g. an integer of more than 4,300 digits
-        return f"body: not valid JSON ({err})"
+        return 422, "body: JSON nested too deeply to parse"
+    except ValueError as err:  # Python's limit on the digits of an integer (4,300)
+        if "digits" in str(err):
+            return 422, "body: not valid JSON here (an integer with more than 4,300 digits)"
+        return 422, f"body: not valid JSON ({err})"
     except Exception:  # the body can no longer be read: keep FastAPI's words
         pass
-    return "body: the request body could not be parsed"
+    return 400, "body: the request body could not be parsed"

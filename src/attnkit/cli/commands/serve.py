@@ -141,9 +141,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--dtype", choices=DTYPES, default="auto",
-        help="the translation model's compute dtype, as attnkit translate's: auto (default) is "
-        "bfloat16 where the device computes it natively (CUDA, AVX-512 or AMX CPUs), float32 "
-        "elsewhere; float32 answers never depend on other requests",
+        help="the translation model's compute dtype, as attnkit translate's (which also has "
+        "float16 and int8): auto (default) is bfloat16 where the device computes it natively "
+        "(CUDA, AVX-512 or AMX CPUs), float32 elsewhere; float32 answers never depend on other "
+        "requests",
     )  # fmt: skip
     parser.add_argument(
         "--threads", type=threads, default=None,
