@@ -186,3 +186,31 @@ def test_load_of_another_tokenizer_names_the_file_and_the_special_id(tmp_path):
     Tokenizer(WordLevel({"a": 0, "<unk>": 1}, unk_token="<unk>")).save(str(path))
     with pytest.raises(ValueError, match=r"tokenizer\.json: tokenizer has '<pad>' at id None"):
         SubwordTokenizer.load(path)
+
+
+@pytest.mark.parametrize(
+    "ids, message",
+    [
+        ([10**6], r"ids\[0\]: id 1000000 is outside the vocabulary \[0, "),  # was dropped
+        ([5, -1], r"ids\[1\]: id -1 is outside the vocabulary \[0, "),  # was dropped
+        ([300.7, 301.2], r"ids\[0\]: expected an integer id, got 300.7"),  # was rounded
+        ([True], r"ids\[0\]: expected an integer id, got True"),
+        ("abc", r"ids: expected a sequence of integer ids, got str"),
+        (torch.tensor([1.0, 2.0]), r"ids: expected a 1-D tensor of integer ids, got shape \(2,\) "),
+        (torch.tensor([[300, 301]]), r"ids: expected a 1-D tensor of integer ids, got shape \(1, 2\)"),
+    ],
+)  # fmt: skip
+def test_decode_refuses_ids_that_are_not_of_the_vocabulary(small_tokenizer, ids, message):
+    with pytest.raises(ValueError, match=message):
+        small_tokenizer.decode(ids)
+    with pytest.raises(ValueError, match=message):
+        small_tokenizer.decode_batch([[300], ids])
+
+
+def test_decode_takes_numpy_and_tensor_integers(small_tokenizer):
+    import numpy as np
+
+    ids = small_tokenizer.encode("Ein Hund.")
+    text = small_tokenizer.decode(ids)
+    assert small_tokenizer.decode(np.array(ids)) == text
+    assert small_tokenizer.decode(torch.tensor(ids, dtype=torch.int32)) == text

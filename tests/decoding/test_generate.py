@@ -199,6 +199,31 @@ def test_generate_restores_training_mode_and_rejects_bad_input(random_model):
         generate(random_model, torch.full((1, 41), 5))
 
 
+@pytest.mark.parametrize("beam", [1, 2])
+@pytest.mark.parametrize("broken", ["all", "one sentence"])
+def test_nan_log_probabilities_are_refused_naming_the_sentences(beam, broken):
+    """A model whose output is NaN: beam search raised an IndexError (or returned no
+    hypothesis) and greedy search a NaN-scored output, without saying why."""
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(8)).eval()
+    src = pad_batch([[4, 5, 6], [7, 6], [5, 5, 5, 5]])
+    if broken == "all":
+        with torch.no_grad():
+            model.output.weight.fill_(float("nan"))  # (tied or not: every logit is NaN)
+        rows = r"\[0, 1, 2\]"
+    else:  # the second sentence's encoder output (the embeddings are tied to the output)
+        encode = model.encode
+
+        def broken_encode(src_ids, *args, **kwargs):
+            memory, *rest = encode(src_ids, *args, **kwargs)
+            return (memory.index_fill(0, torch.tensor([1]), float("nan")), *rest)
+
+        model.encode = broken_encode
+        rows = r"\[1\]"
+    with pytest.raises(ValueError, match=rf"log-probabilities: NaN for sentence\(s\) {rows} "):
+        generate(model, src, DecodingConfig(beam_size=beam))
+
+
 @pytest.mark.parametrize(
     "kwargs,message",
     [

@@ -75,6 +75,8 @@ def test_logprobs_only_when_asked(pair):
     assert [step.logprobs for step in steps] == [None, None]
     with pytest.raises(TypeError, match="logprobs: expected True or False"):
         GenerationConfig(logprobs="yes")
+    with pytest.raises(TypeError, match="use_cache: expected True or False, got 'no'"):
+        GenerationConfig(use_cache="no")  # was accepted, and taken as True
 
 
 def test_logprobs_follow_rows_that_finish_early(pair):

@@ -273,9 +273,11 @@ def test_ids_outside_the_vocabulary_are_refused(side, bad):
             model.encode(ids["src"])
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool, torch.uint8, torch.int16])
 @pytest.mark.parametrize("side", ["src", "tgt"])
 def test_ids_must_be_integers(side, dtype):
+    """uint8 and int16 ids passed the check, then failed in torch's embedding ("Expected tensor
+    for argument #1 'indices' to have one of the following scalar types: Long, Int")."""
     model = make_model()
     ids = {"src": torch.randint(1, V, (2, 6)), "tgt": torch.randint(1, V, (2, 5))}
     ids[side] = ids[side].to(dtype)

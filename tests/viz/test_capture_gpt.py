@@ -9,7 +9,7 @@ import torch
 import transformers
 
 from attnkit.cli import main
-from attnkit.viz.capture import capture_gpt
+from attnkit.viz import capture_gpt  # exported beside capture_bert and capture_translation
 from tests.helpers.generation import byte_bpe, load_pair
 
 TEXT = "the quick brown fox, 你好"

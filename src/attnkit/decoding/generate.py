@@ -212,6 +212,7 @@ def greedy_search(
         token = torch.empty(n, dtype=torch.long, device=src.device)  # (n,)
         for rows, lprobs in _constrained_slices(model, state, step, row_max, config, pad):
             torch.max(lprobs, dim=-1, out=(best[rows], token[rows]))
+        _no_nan(best, sent, step)
         log_prob = log_prob + best
         if step < max_steps:
             state.tokens[:, step + 1] = token
@@ -276,6 +277,7 @@ def beam_search(model, src: Tensor, config: DecodingConfig | None = None) -> lis
             cand_scores[part], cand_tokens[part], cand_beams[part] = search.step(
                 step, lprobs.view(-1, group, vocab), None if scores is None else scores[part]
             )
+        _no_nan(cand_scores, sent, step)
         # (b, 2k) each; pad with impossible candidates if the vocabulary is tiny
         cand_scores, cand_tokens, cand_beams = _pad_candidates(
             cand_scores, cand_tokens, cand_beams, 2 * k
@@ -323,6 +325,20 @@ def beam_search(model, src: Tensor, config: DecodingConfig | None = None) -> lis
     return [
         sorted(hyps, key=lambda h: h.score, reverse=True)[: config.n_best] for hyps in finalized
     ]
+
+
+def _no_nan(scores: Tensor, sent: list[int], step: int) -> None:
+    """Refuse a step whose best scores (rows of live sentences ``sent``) hold a NaN: a NaN
+    log-probability ranks above every number (max and top-k take it first), so the search would
+    go on with meaningless hypotheses, or none. One reduction over the step's few best scores."""
+    if bool(torch.isnan(scores).any()):
+        rows = torch.isnan(scores).reshape(scores.shape[0], -1).any(dim=1).nonzero().flatten()
+        sentences = [sent[i] for i in rows.tolist()]
+        raise ValueError(
+            f"log-probabilities: NaN for sentence(s) {sentences[:8]} (of the batch's "
+            f"{len(sent)} still decoding) at step {step}, so no token can be chosen; the "
+            "model's output is not a number (broken weights, or an overflow in its dtype)"
+        )
 
 
 def _pad_candidates(scores: Tensor, tokens: Tensor, beams: Tensor, width: int):

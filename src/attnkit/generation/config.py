@@ -86,6 +86,8 @@ class GenerationConfig:
             raise TypeError(f"logprobs: expected True or False, got {self.logprobs!r}")
         if not isinstance(self.compile, bool):
             raise TypeError(f"compile: expected True or False, got {self.compile!r}")
+        if not isinstance(self.use_cache, bool):  # "no" would pass a truth test
+            raise TypeError(f"use_cache: expected True or False, got {self.use_cache!r}")
         if self.compile and not self.use_cache:
             raise ValueError(
                 "compile=True compiles the steps that read the cache; it needs use_cache=True"

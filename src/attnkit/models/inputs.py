@@ -26,15 +26,16 @@ def check_token_ids(
 
     Raises:
         TypeError: ``ids`` is not a tensor.
-        ValueError: naming ``name``, for another shape, a float, complex or bool dtype, or an
-            id outside the vocabulary.
+        ValueError: naming ``name``, for another shape, a dtype other than int64 and int32
+            (the embeddings' own: a float, bool or small integer one), or an id outside the
+            vocabulary.
     """
     if not isinstance(ids, Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor of token ids, got {type(ids).__name__}")
-    if ids.dim() != 2 or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+    if ids.dim() != 2 or ids.dtype not in (torch.int64, torch.int32):  # what embeddings take
         raise ValueError(
             f"{name}: expected integer token ids of shape {shape}, got shape {tuple(ids.shape)} "
-            f"dtype {ids.dtype}"
+            f"dtype {ids.dtype} (ids are int64 or int32)"
         )
     if vocab_size is None or ids.numel() == 0 or ids.is_meta or torch.compiler.is_compiling():
         return  # meta ids hold no values; a compiled graph (optim.compile) breaks at a read-back
