@@ -101,3 +101,22 @@ def test_serve_loads_it_by_default(shipped):
 
     models = load_models(ServeSettings(translation_model=None, bert_model=None))
     assert models.gpt is not None and models.describe()["gpt"] == str(shipped)
+
+
+def test_from_pretrained_none_is_the_shipped_gpt(shipped, tmp_path, monkeypatch):
+    """Before: a pathlib TypeError; load_translation_model(None) and BertModel's None already
+    meant the packaged model."""
+    import torch
+
+    from attnkit.models import GPT
+
+    ids = torch.tensor([[5, 6, 7]])
+    with torch.no_grad():
+        assert torch.equal(
+            GPT.from_pretrained(None)(ids).logits, GPT.from_pretrained(shipped)(ids).logits
+        )
+    monkeypatch.setattr(pretrained, "shipped_gpt_dir", lambda: tmp_path / "shakespeare_gpt")
+    with pytest.raises(
+        ValueError, match=r"^folder: None is the shipped Shakespeare GPT, which is not installed"
+    ):
+        GPT.from_pretrained(None)

@@ -302,6 +302,14 @@ def test_n_best_is_refused_not_ignored(translator_parts):
         Translator(model, tokenizer, DecodingConfig(beam_size=3, n_best=2))
 
 
+@pytest.mark.parametrize("tokenizer", [None, "a string"])
+def test_a_tokenizer_that_is_not_one_is_named(translator_parts, tokenizer):
+    """Before: "'NoneType' object has no attribute 'bos_id'"."""
+    model, _, _ = translator_parts
+    with pytest.raises(TypeError, match=r"^tokenizer: expected the model's SubwordTokenizer "):
+        Translator(model, tokenizer)
+
+
 def test_min_len_the_model_cannot_reach_is_refused(translator_parts):
     """max_len 16: bos and at most 15 tokens (the last one eos) - a minimum of 15 is the most."""
     model, tokenizer, lines = translator_parts

@@ -224,7 +224,7 @@ def test_bad_input_raises():
         match=r"tgt: expected integer token ids of shape \(B, T\), got shape \(1, 2, 3\)",
     ):
         model.decode(torch.ones(1, 2, 3, dtype=torch.long), memory, src_mask)
-    with pytest.raises(ValueError, match=r"sequence length 17 .*max_len=16"):
+    with pytest.raises(ValueError, match=r"src: 17 positions exceed the model.s max_len=16"):
         model.encode(torch.ones(1, 17, dtype=torch.long))
     # empty batches: named by the argument given (before: an error about "context")
     src, tgt = torch.ones(2, 4, dtype=torch.long), torch.ones(2, 3, dtype=torch.long)
@@ -352,3 +352,25 @@ def test_ffn_dropout_defaults_to_dropout(ffn_dropout, want):
     )
     for layer in [*model.encoder.layers, *model.decoder.layers]:
         assert layer.ffn.dropout.p == want
+
+
+def test_over_long_ids_are_named():
+    """Before: 'sequence length 12 (offset 0 + length 12) exceeds max_len=10 of the positional
+    encoding', naming neither src nor tgt."""
+    model = make_model()
+    limit = model.config.max_len
+    ok = torch.randint(1, V, (2, 4))
+    long = torch.randint(1, V, (2, limit + 1))
+    with pytest.raises(
+        ValueError, match=rf"^src: {limit + 1} positions exceed the model's max_len={limit}$"
+    ):
+        model(long, ok)
+    with pytest.raises(
+        ValueError, match=rf"^tgt: {limit + 1} positions exceed the model's max_len={limit}$"
+    ):
+        model(ok, long)
+    memory, src_mask, _ = model.encode(ok)
+    with pytest.raises(
+        ValueError, match=rf"^tgt: {limit + 1} positions \(offset {limit - 3} \+ 4\) exceed"
+    ):
+        model.decode(ok, memory, src_mask, offset=limit - 3)

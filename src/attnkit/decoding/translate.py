@@ -281,6 +281,13 @@ class Translator:
         if int8:
             _check_int8(model)
         config = DecodingConfig.of(config)
+        missing = [name for name in ("bos_id", "eos_id") if not hasattr(tokenizer, name)]
+        if missing:  # (None, or a Hugging Face tokenizer without attnkit's special ids)
+            raise TypeError(
+                f"tokenizer: expected the model's SubwordTokenizer (load_translation_model "
+                f"returns it with the model), got {type(tokenizer).__name__} without "
+                f"{' and '.join(missing)}"
+            )
         pad = getattr(tokenizer, "pad_id", model.config.pad_id)
         if pad != model.config.pad_id:
             raise ValueError(

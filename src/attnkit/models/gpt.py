@@ -590,7 +590,7 @@ class GPT(nn.Module):
     @classmethod
     def from_pretrained(
         cls,
-        folder: str | Path,
+        folder: str | Path | None,
         *,
         device: torch.device | str = "cpu",
         dtype: torch.dtype | str = torch.float32,
@@ -600,7 +600,9 @@ class GPT(nn.Module):
         downloaded; pickle checkpoints are refused.
 
         Args:
-            folder: the model folder.
+            folder: the model folder; None: the shipped Shakespeare GPT
+                (``attnkit/pretrained/shakespeare_gpt``, as ``attnkit generate`` without
+                ``--model``), refused by name where it is not installed.
             device: where to put the model.
             dtype: a floating torch.dtype or its name ("bfloat16", "torch.float16"; any other
                 string is refused by name, :func:`attnkit.model_folder.floating_dtype`).
@@ -612,6 +614,15 @@ class GPT(nn.Module):
         from attnkit.models import gpt_hf, llama_hf
 
         dtype = mf.floating_dtype(dtype)  # before reading anything
+        if folder is None:
+            from attnkit import pretrained
+
+            folder = pretrained.default_gpt_dir()
+            if folder is None:
+                raise ValueError(
+                    f"folder: None is the shipped Shakespeare GPT, which is not installed "
+                    f"({pretrained.shipped_gpt_dir()} holds no weights); give a model folder"
+                )
         kind = mf.expect_kind(folder, mf.read_config(folder), "gpt2", *llama_hf.KINDS)
         loader = gpt_hf if kind == "gpt2" else llama_hf
         return loader.load(cls, folder, device=device, dtype=dtype)

@@ -149,7 +149,15 @@ class Transformer(nn.Module):
             with torch.no_grad():
                 emb.weight[self.config.pad_id].zero_()
 
-    def _embed(self, embedding: nn.Embedding, ids: Tensor, offset: int = 0) -> Tensor:
+    def _embed(self, name: str, embedding: nn.Embedding, ids: Tensor, offset: int = 0) -> Tensor:
+        """``ids`` (B, T) embedded, scaled and positioned; ``name`` ("src" or "tgt") is named if
+        they reach past the model's ``max_len`` positions."""
+        last = offset + ids.shape[1]
+        if last > self.config.max_len:
+            at = f" (offset {offset} + {ids.shape[1]})" if offset else ""
+            raise ValueError(
+                f"{name}: {last} positions{at} exceed the model's max_len={self.config.max_len}"
+            )
         x = embedding(ids) * math.sqrt(self.config.d_model)  # (B, T, d_model)
         return self.embed_dropout(self.positions(x, offset))
 
@@ -182,7 +190,7 @@ class Transformer(nn.Module):
         pack = skip_padding and not return_weights
         packing = Packing.of(src_mask.squeeze(1)) if pack else None
         memory, weights = self.encoder(
-            self._embed(self.src_embed, src),
+            self._embed("src", self.src_embed, src),
             src_mask,
             return_weights=return_weights,
             packing=packing,
@@ -228,7 +236,7 @@ class Transformer(nn.Module):
                 f"offset={offset}: the cache holds {caches[0][0].length} target positions, so "
                 f"the new ones start at offset={caches[0][0].length}"
             )
-        x = self._embed(self.tgt_embed, tgt, offset)
+        x = self._embed("tgt", self.tgt_embed, tgt, offset)
         packing = None
         if skip_padding and caches is None and not return_weights:
             keep = tgt != self.config.pad_id  # (B, T)
