@@ -231,6 +231,14 @@ def test_pickled_weights_files_are_refused_with_a_conversion_command(tmp_path, n
     assert not sentinel.exists()
 
 
+def test_a_sharded_checkpoint_is_named_as_one(tmp_path):
+    """Before: 'model.safetensors: missing', as if the folder held no weights."""
+    (tmp_path / "model.safetensors.index.json").write_text('{"weight_map": {}}')
+    (tmp_path / "model-00001-of-00002.safetensors").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"model.safetensors.index.json: a sharded checkpoint; "):
+        mf.read_weights(tmp_path)
+
+
 def test_missing_weights_and_a_folder_named_like_them(tmp_path):
     with pytest.raises(mf.MissingFileError, match=r"model.safetensors: missing"):
         mf.read_weights(tmp_path)

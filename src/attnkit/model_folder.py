@@ -306,6 +306,12 @@ def weights_path(folder: str | os.PathLike[str]) -> Path:
             )
     if path.is_dir():
         raise ValueError(f"{path}: a folder, expected the weights file")
+    index = folder / f"{WEIGHTS_FILE}.index.json"
+    if index.is_file():  # Hugging Face's sharded checkpoint (model-00001-of-0000N.safetensors)
+        raise ValueError(
+            f"{index}: a sharded checkpoint; attnkit reads one {WEIGHTS_FILE}: merge the "
+            "shards, e.g. `transformers`' save_pretrained(folder, max_shard_size='100GB')"
+        )
     raise MissingFileError(
         f"{path}: missing; no weights in {folder} (looked for {WEIGHTS_FILE} or "
         "pytorch_model.bin; pickled weights are refused with a conversion command)"

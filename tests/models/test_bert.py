@@ -192,6 +192,13 @@ def test_encode_batch_size_must_be_a_positive_integer(model, batch_size):
         model.encode(["a"], batch_size=batch_size)
 
 
+@pytest.mark.parametrize("name", ["normalize", "show_progress"])
+def test_encode_flags_must_be_booleans(model, name):
+    """normalize="yes" was accepted (and "no" would have normalised)."""
+    with pytest.raises(TypeError, match=rf"{name}: expected True, False or None, got 'no'"):
+        model.encode(["a"], **{name: "no"})
+
+
 def test_forward_refuses_ids_outside_the_vocabularies():
     model = BertModel(BertConfig(**TINY)).eval()
     inputs = tiny_inputs()

@@ -595,3 +595,15 @@ def test_a_numpy_integer_window_is_taken_and_stored_as_an_int():
         torch.testing.assert_close(
             numpy_window(x, causal=True).output, plain(x, causal=True).output, atol=0, rtol=0
         )
+
+
+def test_a_bad_3d_mask_is_named_by_the_shape_given():
+    """Before: 'mask: shape (2, 1, 1, 5) ...', the shape made from the caller's (2, 1, 5)."""
+    mha = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 6, 16)
+    with pytest.raises(
+        ValueError,
+        match=r"^mask: shape \(2, 1, 5\) \(a \(B, T_q, T_k\) mask, read as \(2, 1, 1, 5\) for "
+        r"every head\) does not broadcast to \(\.\.\., T_q, T_k\) = \(2, 4, 6, 6\)$",
+    ):
+        mha(x, mask=torch.ones(2, 1, 5, dtype=torch.bool))

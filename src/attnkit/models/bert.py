@@ -306,6 +306,7 @@ class BertModel(nn.Module):
                 a str, naming its index (:func:`~attnkit.texts.check_texts`).
             ValueError: for an item that is not valid UTF-8 text (a lone surrogate), a
                 ``batch_size`` that is not an integer >= 1, or a model without a tokenizer.
+            TypeError: also for ``normalize`` or ``show_progress`` not True, False or None.
         """
         if self.tokenizer is None:
             raise ValueError(
@@ -314,6 +315,9 @@ class BertModel(nn.Module):
             )
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
+        for name, flag in (("normalize", normalize), ("show_progress", show_progress)):
+            if flag is not None and not isinstance(flag, bool):  # "yes" would pass a truth test
+                raise TypeError(f"{name}: expected True, False or None, got {flag!r}")
         texts = check_texts([texts] if isinstance(texts, str) else texts, "texts")
         if not texts:
             return torch.empty(0, self.config.hidden_size)
