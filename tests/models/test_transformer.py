@@ -374,3 +374,11 @@ def test_over_long_ids_are_named():
         ValueError, match=rf"^tgt: {limit + 1} positions \(offset {limit - 3} \+ 4\) exceed"
     ):
         model.decode(ok, memory, src_mask, offset=limit - 3)
+
+
+def test_init_cache_names_a_memory_that_is_not_one():
+    model = make_model()
+    with pytest.raises(TypeError, match=r"^memory: expected the encoder output .*, got NoneType$"):
+        model.init_cache(2, 10, None)
+    with pytest.raises(TypeError, match=r"got \(2, 5\)$"):
+        model.init_cache(2, 10, torch.zeros(2, 5))

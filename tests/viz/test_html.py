@@ -158,3 +158,11 @@ def test_viewer_screenshot_is_not_blank(chromium, tmp_path, translation_maps):
     url = page.resolve().as_uri() + "#kind=cross&layer=1&head=mean&row=1"
     chromium(url, f"--screenshot={shot}", "--window-size=900,600")
     assert_image(shot)
+
+
+def test_what_is_not_a_capture_is_named():
+    """Before: AttributeError: 'dict' object has no attribute 'kinds'."""
+    from attnkit.viz import render_html
+
+    with pytest.raises(TypeError, match=r"^maps: expected an AttentionMaps .*, got dict$"):
+        render_html({})

@@ -264,6 +264,12 @@ class Transformer(nn.Module):
         dtype when autocast is on for ``memory``'s device (e.g. bf16 evaluation during a bf16
         training run), else ``memory``'s dtype.
         """
+        if not isinstance(memory, Tensor) or memory.dim() != 3:
+            got = tuple(memory.shape) if isinstance(memory, Tensor) else type(memory).__name__
+            raise TypeError(
+                f"memory: expected the encoder output (B, S, d_model) that encode() returns, "
+                f"got {got}"
+            )
         device_type = memory.device.type
         dtype = memory.dtype
         if torch.is_autocast_enabled(device_type):

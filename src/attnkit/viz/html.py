@@ -78,8 +78,14 @@ def render_html(
             head 0); ``head`` may be ``"mean"``.
 
     Raises:
+        TypeError: for ``maps`` that is not an :class:`~attnkit.viz.capture.AttentionMaps`.
         ValueError: for a kind, layer or head that ``maps`` does not have.
     """
+    if not isinstance(maps, AttentionMaps):
+        raise TypeError(
+            f"maps: expected an AttentionMaps (capture_translation, capture_bert or "
+            f"capture_gpt makes one), got {type(maps).__name__}"
+        )
     kind = maps.kinds[0] if kind is None else kind
     layer = maps.num_layers(kind) - 1 if layer is None else layer
     maps.select(kind, layer, head)  # validates all three, naming the valid ranges
