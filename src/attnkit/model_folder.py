@@ -404,6 +404,16 @@ def floating_dtype(dtype: torch.dtype | str, name: str = "dtype") -> torch.dtype
     )
 
 
+def _shape_error(name: str, stored: Tensor, wanted: Tensor, in_file) -> str:
+    """``name: file (shape), model (shape)``, in the file's name and layout when it has its own
+    (``in_file``: (its name, stored transposed))."""
+    if in_file is None:
+        return f"{name}: file {tuple(stored.shape)}, model {tuple(wanted.shape)}"
+    key, transposed = in_file
+    flip = (lambda shape: tuple(reversed(shape))) if transposed else tuple
+    return f"{key}: file {flip(stored.shape)}, model {flip(wanted.shape)} (attnkit's {name})"
+
+
 def load_state_dict_into(
     model: nn.Module,
     state: Mapping[str, Tensor],
@@ -412,6 +422,7 @@ def load_state_dict_into(
     against: str = "the model",
     dtype: torch.dtype | str | None = None,
     assign: bool = False,
+    file_names: Mapping[str, tuple[str, bool]] | None = None,
 ) -> nn.Module:
     """Loads ``state`` into ``model``, strictly, with errors that name ``source``.
 
@@ -429,6 +440,9 @@ def load_state_dict_into(
             after loading.
         assign: Take the stored tensors as the parameters instead of copying (faster for a
             model built without initialisation); refused for models with tied weights.
+        file_names: the model's name -> (the file's name, stored transposed) where they
+            differ (a Hugging Face GPT-2's Conv1D weights), so that a shape error names the
+            tensor and the shape the file holds.
 
     Returns:
         ``model``.
@@ -464,7 +478,7 @@ def load_state_dict_into(
             f"{prefix}: missing keys {_names(missing)}, unexpected keys {_names(unexpected)}"
         )
     wrong = [
-        f"{k}: file {tuple(v.shape)}, model {tuple(expected[k].shape)}"
+        _shape_error(k, v, expected[k], (file_names or {}).get(k))
         for k, v in state.items()
         if v.shape != expected[k].shape
     ]

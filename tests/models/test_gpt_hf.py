@@ -414,3 +414,22 @@ def test_tokenizer_that_does_not_fit_the_model_is_refused(tmp_path, small_dir, t
     (tmp_path / "tokenizer.json").write_text(json.dumps(empty))
     with pytest.raises(ValueError, match=r"tokenizer\.json: tokenizer: an empty vocabulary"):
         GPT.from_pretrained(tmp_path)
+
+
+def test_a_shape_mismatch_is_named_in_the_files_terms(tmp_path, small_dir):
+    """Before: 'blocks.layers.0.ffn.linear1.weight: file (64, 256), ...': attnkit's name and
+    the transposed shape, where the file holds transformer.h.0.mlp.c_fc.weight as (n_embd,
+    n_inner) (a Conv1D)."""
+    config = json.loads((small_dir / "config.json").read_text())
+    stored = load_file(small_dir / "model.safetensors")
+    c_fc = next(k for k in stored if k.endswith("h.0.mlp.c_fc.weight"))
+    n_embd, n_inner = stored[c_fc].shape
+    config["n_inner"] = n_inner // 2  # the config says another width than the weights
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    os.link(small_dir / "model.safetensors", tmp_path / "model.safetensors")
+    with pytest.raises(ValueError, match=r"shapes differ") as err:
+        GPT.from_pretrained(tmp_path)
+    assert (
+        f"transformer.h.0.mlp.c_fc.weight: file ({n_embd}, {n_inner}), model ({n_embd}, "
+        f"{n_inner // 2}) (attnkit's " in str(err.value)
+    )

@@ -242,17 +242,26 @@ def load(cls: type[GPT], folder: str | os.PathLike[str], *, device, dtype) -> GP
     """:meth:`GPT.from_pretrained` (see there)."""
     return load_folder(
         cls, folder, kinds=("gpt2",), read_config=config_from_hf, read_state=state_from_hf,
-        device=device, dtype=dtype,
+        device=device, dtype=dtype, file_names=hf_key_map,
     )  # fmt: skip
 
 
 def load_folder(
-    cls: type[GPT], folder: str | os.PathLike[str], *, kinds, read_config, read_state, device, dtype
+    cls: type[GPT],
+    folder: str | os.PathLike[str],
+    *,
+    kinds,
+    read_config,
+    read_state,
+    device,
+    dtype,
+    file_names=None,
 ) -> GPT:
     """A Hugging Face decoder-only folder of one of ``kinds``: ``read_config(raw, source=)``
     makes the GPTConfig and ``read_state(checkpoint, config, source=)`` the state dict in
     attnkit's names (gpt_hf.py's and llama_hf.py's own mappings); the tokenizer, if any, must
-    fit the vocabulary."""
+    fit the vocabulary. ``file_names(config)``, if given, maps attnkit's names to the file's
+    (:func:`hf_key_map`), for shape errors in the file's terms."""
     folder = Path(folder)
     raw = mf.read_config(folder)
     mf.expect_kind(folder, raw, *kinds)
@@ -271,7 +280,10 @@ def load_folder(
             )
     with skip_random_init():  # the checkpoint overwrites every parameter
         model = cls(config, tokenizer=tokenizer)
-    mf.load_state_dict_into(model, state, source=weights, against=config_path, dtype=dtype)
+    names = None if file_names is None else file_names(config)
+    mf.load_state_dict_into(
+        model, state, source=weights, against=config_path, dtype=dtype, file_names=names
+    )
     logger.debug("loaded %s: %s parameters", folder, f"{model.num_parameters():,}")
     return model.to(device).eval()
 
