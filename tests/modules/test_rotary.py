@@ -177,3 +177,18 @@ def test_angles_that_do_not_fit_the_heads_are_named():
     for shape in ((2, 3, 4, HEAD_DIM // 2), (3, 3, 4, HEAD_DIM)):  # head_dim, batch
         with pytest.raises(ValueError, match=r"rotary: angles of shape \(2, 3, 1, 16\)"):
             angles.rotate(torch.randn(shape))
+
+
+def test_angles_of_another_head_width_are_named_by_the_attention():
+    """Before: 'angles of shape (1, 5, 1, 4) ... do not fit x of shape (2, 5, 4, 8)', x being
+    the queries and keys stacked inside the module, not the caller's x (2, 5, 16)."""
+    from attnkit.modules import MultiHeadAttention
+
+    mha = MultiHeadAttention(16, 2).eval()
+    angles = RotaryEmbedding(4)(torch.arange(5))
+    with pytest.raises(
+        ValueError,
+        match=r"^rotary: angles of head_dim 4 \(RotaryEmbedding\(4\)\), but this attention's "
+        r"heads are 8 wide \(d_model=16 / num_heads=2\)$",
+    ):
+        mha(torch.randn(2, 5, 16), rotary=angles)

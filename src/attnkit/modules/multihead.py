@@ -176,6 +176,12 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(
                     f"rotary: angles for {rotary.cos.shape[1]} positions, but x has {t}"
                 )
+            if rotary.cos.shape[-1] != self.head_dim:  # (named here: rotate sees q and k stacked)
+                raise ValueError(
+                    f"rotary: angles of head_dim {rotary.cos.shape[-1]} (RotaryEmbedding("
+                    f"{rotary.cos.shape[-1]})), but this attention's heads are {self.head_dim} "
+                    f"wide (d_model={self.d_model} / num_heads={self.num_heads})"
+                )
             qk = rotary.rotate(qk)  # queries and keys in one go
         q, k = qk[:, :, :h], qk[:, :, h:]
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, hd)
