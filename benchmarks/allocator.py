@@ -16,7 +16,6 @@ else beside it (a second process on a 2-core machine slows a 2-thread run tenfol
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import statistics
@@ -26,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import HelpFormatter, cpu_name, load_average, usable_cores  # noqa: E402
+from machine import argument_parser, cpu_name, load_average, usable_cores  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DONE = re.compile(r"done: step (\d+)")
@@ -69,9 +68,7 @@ def run_once(allocator: str, config: Path, minutes: float, out: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument(
         "--config",
         type=Path,

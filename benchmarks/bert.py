@@ -15,7 +15,6 @@ Ratio = Hugging Face median time / attnkit median time (> 1: attnkit is faster).
 
 from __future__ import annotations
 
-import argparse
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
@@ -28,7 +27,7 @@ import time  # noqa: E402
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from machine import HelpFormatter, cpu_name  # noqa: E402  (benchmarks/machine.py)
+from machine import argument_parser, cpu_name  # noqa: E402  (benchmarks/machine.py)
 
 from attnkit.models.bert import BertModel  # noqa: E402
 
@@ -81,9 +80,7 @@ def time_pair(ours, hf, inputs, warmup: int, repeats: int) -> tuple[list[float],
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument("--sizes", default="base,minilm", help=f"of {list(SIZES)}")
     parser.add_argument("--dtypes", default="float32,bfloat16", help=f"of {list(DTYPES)}")
     parser.add_argument("--batch", type=int, default=32, help="sentences per forward pass")

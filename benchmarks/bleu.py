@@ -18,7 +18,6 @@ against sacreBLEU's 0.17 s for such a line).
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import os
@@ -29,7 +28,7 @@ import time
 from pathlib import Path
 
 import sacrebleu
-from machine import HelpFormatter, cpu_name  # noqa: E402  (benchmarks/machine.py)
+from machine import argument_parser, cpu_name  # noqa: E402  (benchmarks/machine.py)
 from sacrebleu.metrics import BLEU
 
 from attnkit.metrics import corpus_bleu
@@ -98,9 +97,7 @@ def run_attnkit(hyps: list[str], refs: list[str]):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument(
         "--lines",
         type=int,

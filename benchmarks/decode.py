@@ -52,7 +52,7 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from machine import HelpFormatter, cpu_name, isa_caps, load_average, usable_cores  # noqa: E402  (benchmarks/machine.py)
+from machine import argument_parser, cpu_name, isa_caps, load_average, usable_cores  # noqa: E402  (benchmarks/machine.py)
 
 from attnkit.data import SubwordTokenizer, load_named_corpus  # noqa: E402
 from attnkit.decoding import (  # noqa: E402
@@ -407,9 +407,7 @@ def report(results: dict, refs: list[str], n: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument(
         "--suite",
         choices=("random", "ctranslate2"),

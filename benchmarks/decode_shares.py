@@ -22,14 +22,13 @@ ratio of every exponent to the first.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
 from pathlib import Path
 
 import torch
-from machine import HelpFormatter, cpu_name, load_average, usable_cores  # benchmarks/machine.py
+from machine import argument_parser, cpu_name, load_average, usable_cores  # benchmarks/machine.py
 
 import attnkit.decoding.translate as translate_module
 from attnkit.cli import build_parser
@@ -54,9 +53,7 @@ def _timed_part(sources, _inner=translate_module._translate_part):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument("--exponents", default="1.0,1.3", help="comma-separated")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the sides taking turns")
     parser.add_argument("--chunk", type=int, default=250, help="sentences per call")

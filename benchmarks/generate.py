@@ -38,7 +38,6 @@ Targets (issue 15): attnkit >= 1.5x Hugging Face's tokens/s in every row; with t
 
 from __future__ import annotations
 
-import argparse
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
@@ -53,7 +52,7 @@ import time  # noqa: E402
 import numpy  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from machine import HelpFormatter, cpu_name, load_average, usable_cores  # noqa: E402  (benchmarks/machine.py)
+from machine import argument_parser, cpu_name, load_average, usable_cores  # noqa: E402  (benchmarks/machine.py)
 
 from attnkit.generation import GenerationConfig, generate  # noqa: E402
 from attnkit.models import GPT  # noqa: E402
@@ -284,9 +283,7 @@ def compare_recompute(args, folder: str) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument(
         "--shapes", default="small,124M", help="comma-separated GPT-2 shapes: small, 124M"
     )

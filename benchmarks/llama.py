@@ -44,7 +44,6 @@ of its own against the same Hugging Face rounds; its warm-up call compiles.
 
 from __future__ import annotations
 
-import argparse
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
@@ -65,7 +64,7 @@ from generate import (  # noqa: E402  (benchmarks/generate.py: the shared timing
     time_sides,
     verdict,
 )
-from machine import HelpFormatter, load_average  # noqa: E402
+from machine import argument_parser, load_average  # noqa: E402
 
 from attnkit.generation import GenerationConfig, generate_steps  # noqa: E402
 from attnkit.models import GPT, GPTConfig  # noqa: E402
@@ -252,9 +251,7 @@ def profile(sides: dict, title: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument(
         "--part",
         choices=["gqa", "hf", "both"],

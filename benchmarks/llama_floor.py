@@ -23,7 +23,6 @@ adds the bare step with each layer's two halves under ``torch.compile(dynamic=Tr
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 
 import torch
@@ -37,7 +36,7 @@ from generate import (  # benchmarks/generate.py (it keeps transformers offline)
     time_sides,
 )
 from llama import HF_SHAPE, build_llama, make_prompts
-from machine import HelpFormatter
+from machine import argument_parser
 
 from attnkit.generation.packed import HALF_MIN_SIDE, float16_available, pack_float16
 from attnkit.hardware import cpu_attention_has_amx
@@ -152,9 +151,7 @@ def bare_side(bare: BareLlama, prompt: list[int], new_tokens: int):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=5, help="timed calls per side")
     parser.add_argument("--new-tokens", type=int, default=128, help="new tokens per call")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")

@@ -9,13 +9,31 @@ import platform
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """``--help`` that states each option's default, where it has one worth stating (not None,
-    not a flag's False, not already said in the help text)."""
+    not a flag's False, not an empty list, not already said in the help text)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         said = any(word in (action.help or "") for word in ("default:", "(default", "%(default)"))
-        if action.default is None or action.default is False or said:
+        if action.default is None or action.default is False or action.default == [] or said:
             return action.help or ""
         return super()._get_help_string(action)
+
+
+def argument_parser(doc: str) -> argparse.ArgumentParser:
+    """A benchmark's parser: its docstring's first paragraph as the description, every
+    option's default stated (:class:`HelpFormatter`)."""
+    return argparse.ArgumentParser(formatter_class=HelpFormatter, description=doc.split("\n\n")[0])
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, default: str) -> None:
+    """``--config`` (a training config, ``default`` when not given) and ``--set KEY=VALUE``."""
+    parser.add_argument(
+        "--config", default=default,
+        help="the training config (TOML) whose model and batches are timed",
+    )  # fmt: skip
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[],
+        help="KEY=VALUE override of the config, repeatable",
+    )  # fmt: skip
 
 
 def cpu_name() -> str:

@@ -28,14 +28,13 @@ the same.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import statistics
 import time
 
 import torch
 import torch.nn.functional as F
-from machine import HelpFormatter, cpu_name, isa_caps, load_average, usable_cores
+from machine import argument_parser, cpu_name, isa_caps, load_average, usable_cores
 from torch import nn
 
 from attnkit.generation import GenerationConfig, generate, packed, screen
@@ -182,9 +181,7 @@ def part_generate(args) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument(
         "--part",
         choices=["layer", "generate", "both"],

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from machine import HelpFormatter, cpu_name, load_average, usable_cores  # benchmarks/machine.py
+from machine import argument_parser, cpu_name, load_average, usable_cores  # benchmarks/machine.py
 
 from attnkit.data import load_named_corpus
 from attnkit.serve.settings import DTYPES  # the server's --dtype choices
@@ -231,9 +231,7 @@ def report(step: Step, sentences: int | None = None) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument(
         "--sentences", type=int, default=1000, help="test2016 sentences (1000: all)"
     )

@@ -66,7 +66,14 @@ from attnkit.training.datasets import encode, load_text, train_tokenizer
 from attnkit.training.precision import autocast_context, cpu_has_fast_bf16, resolve_autocast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import HelpFormatter, cpu_name, isa_caps, load_average, usable_cores  # noqa: E402
+from machine import (  # noqa: E402
+    add_config_arguments,
+    argument_parser,
+    cpu_name,
+    isa_caps,
+    load_average,
+    usable_cores,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDES = ("attnkit", "attnkit-matched", "torch.nn")
@@ -205,21 +212,8 @@ def machine_info(threads: int, autocast: str, dtype: torch.dtype | None) -> str:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument(
-        "--config",
-        default=str(ROOT / "configs" / "multi30k_de_en.toml"),
-        help="the training config (TOML) whose model and batches are timed",
-    )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        help="KEY=VALUE override of the config, repeatable",
-    )
+    parser = argument_parser(__doc__)
+    add_config_arguments(parser, str(ROOT / "configs" / "multi30k_de_en.toml"))
     parser.add_argument("--steps", type=int, default=20, help="timed steps per side")
     parser.add_argument("--rounds", type=int, default=5, help="alternations of the sides")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per side")

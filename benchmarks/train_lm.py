@@ -34,7 +34,6 @@ outweighs the matmuls.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import statistics
@@ -57,7 +56,7 @@ from attnkit.training.lm import LMLoss
 from attnkit.training.precision import autocast_context, cpu_has_fast_bf16, resolve_autocast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import HelpFormatter, cpu_name, load_average, usable_cores  # noqa: E402
+from machine import add_config_arguments, argument_parser, cpu_name, load_average, usable_cores  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -290,21 +289,8 @@ def budget(args, config: TrainConfig, val: str) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument(
-        "--config",
-        default=str(ROOT / "configs" / "shakespeare_char_gpt.toml"),
-        help="the training config (TOML) whose model and batches are timed",
-    )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        help="KEY=VALUE override of the config, repeatable",
-    )
+    parser = argument_parser(__doc__)
+    add_config_arguments(parser, str(ROOT / "configs" / "shakespeare_char_gpt.toml"))
     parser.add_argument("--steps", type=int, default=20, help="timed steps per side")
     parser.add_argument("--rounds", type=int, default=4, help="alternations of the two sides")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per side")
