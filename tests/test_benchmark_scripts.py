@@ -57,9 +57,11 @@ def test_help_states_defaults_but_not_none_false_or_twice():
     parser.add_argument("--fast", action="store_true", help="be quick")
     parser.add_argument("--chunk", type=int, default=250, help="sentences (default: 250)")
     parser.add_argument("--things", type=int, default=2, help="defaulted things")
+    parser.add_argument("--set", action="append", default=[], help="overrides")
     text = " ".join(parser.format_help().split())
     assert "timed rounds (default: 3)" in text
     assert "0 = usable cores (default: 0)" in text  # 0 is a default worth stating
     assert "a folder --fast" in text and "be quick --chunk" in text  # None, False: not stated
     assert "sentences (default: 250) --things" in text  # said once
     assert "defaulted things (default: 2)" in text
+    assert text.endswith("--set SET overrides")  # an empty list: not stated
