@@ -1,7 +1,8 @@
 """Text given to the models, checked once for every entry point: a list of str, each one valid
 UTF-8 (a lone surrogate, how undecodable bytes arrive in a str, is refused by name; the
 `tokenizers` library would raise a TypeError naming no text). And the tokenizer given with
-them: an object, not a name (:func:`check_tokenizer`).
+them: an object, not a name (:func:`check_tokenizer`). And ids given back to a tokenizer to
+decode: integers of its vocabulary (:func:`check_ids`), never dropped or rounded.
 
 :class:`~attnkit.decoding.Translator`, :class:`~attnkit.models.BertModel`, the text API of
 :mod:`attnkit.generation` and the HTTP server's request bodies check their texts here.
@@ -9,10 +10,13 @@ them: an object, not a name (:func:`check_tokenizer`).
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Iterable, Mapping
 
-__all__ = ["check_text", "check_texts", "check_tokenizer"]
+import torch
+
+__all__ = ["check_ids", "check_text", "check_texts", "check_tokenizer"]
 
 
 def check_texts(texts: Iterable[str], name: str, *, item: str = "text") -> list[str]:
@@ -96,3 +100,32 @@ def check_tokenizer(
             f"{type(tokenizer).__name__} {tokenizer!r}; attnkit downloads nothing: pass "
             f"{instead}"
         )
+
+
+def check_ids(ids, vocab_size: int) -> list[int]:
+    """``ids`` (a 1-D integer tensor or a sequence of ints) as a list, each in
+    ``[0, vocab_size)``.
+
+    Raises:
+        ValueError: naming the first id that is not an integer or not in the vocabulary, or a
+            tensor that is not 1-D integers.
+    """
+    if isinstance(ids, torch.Tensor):
+        if ids.dim() != 1 or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+            raise ValueError(
+                f"ids: expected a 1-D tensor of integer ids, got shape {tuple(ids.shape)} "
+                f"dtype {ids.dtype}"
+            )
+        values = ids.tolist()
+    elif isinstance(ids, (str, bytes)):
+        raise ValueError(f"ids: expected a sequence of integer ids, got {type(ids).__name__}")
+    else:
+        values = list(ids)
+    for position, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ValueError(f"ids[{position}]: expected an integer id, got {value!r}")
+        if not 0 <= value < vocab_size:
+            raise ValueError(
+                f"ids[{position}]: id {value} is outside the vocabulary [0, {vocab_size})"
+            )
+    return [int(v) for v in values]

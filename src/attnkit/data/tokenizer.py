@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import json
 import logging
-import numbers
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+from attnkit.texts import check_ids
 
 logger = logging.getLogger(__name__)
 
@@ -51,35 +52,6 @@ def _set_pipeline(tokenizer: Tokenizer) -> None:
     tokenizer.decoder = decoders.Sequence(
         [decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
     )
-
-
-def _checked_ids(ids: Ids, vocab_size: int) -> list[int]:
-    """``ids`` (a 1-D integer tensor or a sequence of ints) as a list, each in
-    ``[0, vocab_size)``.
-
-    Raises:
-        ValueError: naming the first id that is not an integer or not in the vocabulary, or a
-            tensor that is not 1-D integers.
-    """
-    if isinstance(ids, torch.Tensor):
-        if ids.dim() != 1 or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-            raise ValueError(
-                f"ids: expected a 1-D tensor of integer ids, got shape {tuple(ids.shape)} "
-                f"dtype {ids.dtype}"
-            )
-        values = ids.tolist()
-    elif isinstance(ids, (str, bytes)):
-        raise ValueError(f"ids: expected a sequence of integer ids, got {type(ids).__name__}")
-    else:
-        values = list(ids)
-    for position, value in enumerate(values):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise ValueError(f"ids[{position}]: expected an integer id, got {value!r}")
-        if not 0 <= value < vocab_size:
-            raise ValueError(
-                f"ids[{position}]: id {value} is outside the vocabulary [0, {vocab_size})"
-            )
-    return [int(v) for v in values]
 
 
 class SubwordTokenizer:
@@ -254,7 +226,7 @@ class SubwordTokenizer:
         integer ids of the vocabulary (a float id is refused, not rounded; one outside the
         vocabulary is refused, not dropped)."""
         out = []
-        for i in _checked_ids(ids, self._tokenizer.get_vocab_size(with_added_tokens=True)):
+        for i in check_ids(ids, self._tokenizer.get_vocab_size(with_added_tokens=True)):
             if i == self.eos_id:
                 break
             if i > self.unk_id:

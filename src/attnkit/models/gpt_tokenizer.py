@@ -17,6 +17,8 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
+from attnkit.texts import check_ids
+
 
 class GPTTokenizer:
     """Text <-> token ids for a GPT model.
@@ -66,8 +68,13 @@ class GPTTokenizer:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: Sequence[int] | Tensor, *, skip_special_tokens: bool = False) -> str:
-        """Token ids -> text."""
-        ids = ids.tolist() if isinstance(ids, Tensor) else [int(i) for i in ids]
+        """Token ids -> text.
+
+        Raises:
+            ValueError: for an id that is not an integer of the vocabulary (never dropped or
+                rounded; :func:`attnkit.texts.check_ids`).
+        """
+        ids = check_ids(ids, self.vocab_size)
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def batch(self, texts: Sequence[str], *, padding_side: str = "left") -> tuple[Tensor, Tensor]:
