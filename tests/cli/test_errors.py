@@ -7,6 +7,7 @@ import argparse
 import errno
 import importlib
 import io
+import json
 import math
 import sys
 
@@ -291,6 +292,21 @@ def test_embed_non_utf8_stdin_names_line_and_byte(monkeypatch, capsys):
         "attnkit embed: error: <stdin>: line 3 is not valid UTF-8 (invalid continuation byte: "
         "byte 0xe9 at byte 4 of line 3, byte offset 18 of the file)\n"
     )
+
+
+def test_embed_reads_a_terminal_too_saying_so(monkeypatch, capsys):
+    """Before: embed on a terminal without TEXT refused ('give at least one text') where its
+    help says texts come from standard input, and translate and generate read theirs."""
+
+    class Terminal(io.TextIOWrapper):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stdin", Terminal(io.BytesIO(b"one\ntwo\n"), encoding="utf-8"))
+    assert main(["embed", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["texts"] == ["one", "two"]
+    assert "attnkit embed: reading texts from the terminal, one a line; end with" in captured.err
 
 
 def test_embed_bad_arguments(monkeypatch, capsys):

@@ -6,7 +6,13 @@ import argparse
 import json
 import sys
 
-from attnkit.cli.options import MAX_BATCH_SIZE, batch_size, check_text_argument
+from attnkit.cli.options import (
+    MAX_BATCH_SIZE,
+    STDIN,
+    batch_size,
+    check_text_argument,
+    note_terminal_input,
+)
 
 NAME = "embed"
 HELP = "sentence embeddings from a BERT / sentence-transformers folder"
@@ -62,10 +68,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.texts:
         texts = [check_text_argument(t, f"TEXT {i}") for i, t in enumerate(args.texts, 1)]
-    elif sys.stdin is None or sys.stdin.isatty():
+    elif sys.stdin is None:
         texts = []
-    else:
-        texts = read_lines("-")
+    else:  # on a terminal too, as translate and generate read theirs (saying so)
+        note_terminal_input(STDIN, NAME, "texts")
+        texts = read_lines(STDIN)
     if not texts:
         raise ValueError("TEXT: give at least one text, as arguments or on standard input")
     folder = default_model_dir() if args.model is None else args.model
