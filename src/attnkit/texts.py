@@ -121,6 +121,7 @@ def check_ids(ids, vocab_size: int) -> list[int]:
         raise ValueError(f"ids: expected a sequence of integer ids, got {type(ids).__name__}")
     else:
         values = list(ids)
+    checked = []
     for position, value in enumerate(values):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ValueError(f"ids[{position}]: expected an integer id, got {value!r}")
@@ -128,4 +129,5 @@ def check_ids(ids, vocab_size: int) -> list[int]:
             raise ValueError(
                 f"ids[{position}]: id {value} is outside the vocabulary [0, {vocab_size})"
             )
-    return [int(v) for v in values]
+        checked.append(int(value))  # (a numpy integer becomes a Python int)
+    return checked

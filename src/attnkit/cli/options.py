@@ -208,11 +208,7 @@ def _check_writable_descriptor(
         raise ValueError(f"{name}, which leads to a block device, expected a file or a stream")
     if stat.S_ISREG(info.st_mode) and not flags & os.O_APPEND:
         for source, source_flag in inputs:
-            try:
-                same = str(source) != STDIN and os.path.samestat(info, os.stat(source))
-            except OSError:
-                same = False
-            if same:
+            if str(source) != STDIN and _same_file(out, source):  # (out leads to the fd's file)
                 raise ValueError(
                     f"{name}, which is the {source_flag} file; writing it would replace the text "
                     "being read: choose another output file"

@@ -331,8 +331,9 @@ def _no_nan(scores: Tensor, sent: list[int], step: int) -> None:
     """Refuse a step whose best scores (rows of live sentences ``sent``) hold a NaN: a NaN
     log-probability ranks above every number (max and top-k take it first), so the search would
     go on with meaningless hypotheses, or none. One reduction over the step's few best scores."""
-    if bool(torch.isnan(scores).any()):
-        rows = torch.isnan(scores).reshape(scores.shape[0], -1).any(dim=1).nonzero().flatten()
+    nan = torch.isnan(scores)
+    if bool(nan.any()):
+        rows = nan.reshape(scores.shape[0], -1).any(dim=1).nonzero().flatten()
         sentences = [sent[i] for i in rows.tolist()]
         raise ValueError(
             f"log-probabilities: NaN for sentence(s) {sentences[:8]} (of the batch's "

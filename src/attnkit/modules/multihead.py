@@ -310,14 +310,13 @@ class MultiHeadAttention(nn.Module):
                     k, v = cache.update(k, v)
         # From here on a failure (a bad mask, an interrupt) takes the update back, so that a
         # retry with the cache is correct (GPT.forward does the same for its layers).
-        per_head = None  # a 3-D mask as given, and as the heads read it (for errors)
+        given = None  # a 3-D mask as the caller gave it (named by a shape error)
         try:
             if saved is not None and not cross and mask is not None:
                 mask = cache.select_keys(mask)  # (..., T_k)
             if mask is not None and mask.dim() == 3:
-                given = tuple(mask.shape)
+                given = mask
                 mask = mask.unsqueeze(1)  # (B, 1, T_q, T_k): the same mask for every head
-                per_head = given, tuple(mask.shape)
             result = scaled_dot_product_attention(
                 q,
                 k,
@@ -340,11 +339,10 @@ class MultiHeadAttention(nn.Module):
         except BaseException as err:
             if saved is not None:
                 cache._undo(saved, k, v)
-            said = f"mask: shape {per_head[1]} " if per_head else None
+            said = None if given is None else f"mask: shape {tuple(mask.shape)} "
             if isinstance(err, ValueError) and said and str(err).startswith(said):
-                given, read = per_head  # name the shape the caller passed, not the one made
-                raise ValueError(
-                    f"mask: shape {given} (a (B, T_q, T_k) mask, read as {read} for every head) "
-                    + str(err)[len(said) :]
+                raise ValueError(  # the shape the caller passed, not the one made from it
+                    f"mask: shape {tuple(given.shape)} (a (B, T_q, T_k) mask, read as "
+                    f"{tuple(mask.shape)} for every head) " + str(err)[len(said) :]
                 ) from None
             raise
