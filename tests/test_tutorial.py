@@ -4,6 +4,8 @@ The expected values are copied from the seeds' printed outputs (shared/seeds/000
 they are the independent reference. Comparisons are to the printed 4 decimals.
 """
 
+import re
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -605,7 +607,7 @@ def test_mqa_query_heads_share_one_key_value_head():
         ),
         (
             lambda: GroupedQueryAttention(8, 8, 4, 0.0, num_heads=4, num_kv_heads=0),
-            "num_heads must be a multiple of num_kv_heads, got num_heads=4, num_kv_heads=0",
+            "num_kv_heads: expected a positive integer, got 0",
         ),
         (
             lambda: GroupedQueryAttention(8, 10, 4, 0.0, num_heads=4, num_kv_heads=2),
@@ -638,3 +640,113 @@ def test_rope_and_gqa_bad_inputs_are_clear_errors():
         GroupedQueryAttention(4, 4, 4, 0.0, 2, 1)(torch.randn(1, 5, 4))
     with pytest.raises(ValueError, match="x: 5 tokens exceed context_len=4"):
         RoPECausalAttention(4, 4, 4, 0.0)(torch.randn(1, 5, 4))
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: SelfAttention(3, 0, 4), "d_out_kq: expected a positive integer, got 0"),
+        (lambda: SelfAttentionV1(3.0, 2), "d_in: expected a positive integer, got 3.0"),
+        (lambda: SelfAttentionV2(3, -2), "d_out: expected a positive integer, got -2"),
+        (
+            lambda: CausalAttention(3, 4, -1, 0.0),
+            "context_len: expected a positive integer, got -1",
+        ),
+        (
+            lambda: CausalAttention(3, 4, 6, 1.0),
+            "dropout: expected a probability in [0, 1), got 1.0",
+        ),
+        (
+            lambda: MultiHeadAttentionWrapper(3, 4, 6, 0.0, 0),
+            "heads: expected a positive integer, got 0",
+        ),
+        (
+            lambda: MultiHeadAttention(3, 4, 6, 0.0, 0),
+            "num_heads: expected a positive integer, got 0",
+        ),
+        (
+            lambda: MultiHeadAttention(3, 4, 6, True, 2),
+            "dropout: expected a probability in [0, 1), got True",
+        ),
+        (lambda: AttentionHead(4, 0), "head_dim: expected a positive integer, got 0"),
+        (lambda: PerHeadMultiHeadAttention(4, 0), "num_heads: expected a positive integer, got 0"),
+        (lambda: RotaryEmbedding(8, "1e4"), "base: expected a number > 1, got '1e4'"),
+        (lambda: RotaryEmbedding(True), "head_dim: expected a positive even number, got True"),
+    ],
+)
+def test_seed_classes_bad_sizes_are_clear_errors(build, message):
+    # Before, these raised ZeroDivisionError, torch.cat's "expected a non-empty list", a
+    # comparison TypeError, or nothing at all (a negative context_len).
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build()
+
+
+@pytest.mark.parametrize(
+    "module, x, error, message",
+    [
+        (
+            lambda: SelfAttention(3, 2, 4),
+            torch.rand(5, 4),
+            ValueError,
+            "x: expected shape (..., T, 3), got (5, 4)",
+        ),
+        (
+            lambda: SelfAttentionV1(3, 2),
+            torch.rand(3),
+            ValueError,
+            "x: expected shape (..., T, 3), got (3,)",
+        ),
+        (
+            lambda: SelfAttentionV2(3, 2),
+            torch.ones(5, 3, dtype=torch.long),
+            TypeError,
+            "x: expected a floating-point tensor, got torch.int64",
+        ),
+        (
+            lambda: CausalAttention(3, 4, 6, 0.0),
+            [[1.0, 2.0, 3.0]],
+            TypeError,
+            "x: expected a floating-point tensor, got list",
+        ),
+        (
+            lambda: MultiHeadAttentionWrapper(3, 4, 6, 0.0, 2),
+            torch.rand(1, 5, 4),
+            ValueError,
+            "x: expected shape (..., T, 3), got (1, 5, 4)",
+        ),
+        (
+            lambda: MultiHeadAttention(3, 4, 6, 0.0, 2),
+            torch.rand(5, 3),
+            ValueError,
+            "x: expected shape (B, T, 3), got (5, 3)",
+        ),
+        (
+            lambda: GroupedQueryAttention(4, 4, 6, 0.0, 2, 1),
+            torch.rand(1, 5, 3),
+            ValueError,
+            "x: expected shape (B, T, 4), got (1, 5, 3)",
+        ),
+        (
+            lambda: RoPECausalAttention(4, 4, 6, 0.0),
+            torch.rand(1, 5, 3),
+            ValueError,
+            "x: expected shape (..., T, 4), got (1, 5, 3)",
+        ),
+    ],
+)
+def test_seed_classes_bad_inputs_are_clear_errors(module, x, error, message):
+    # Before: torch's "mat1 and mat2 shapes cannot be multiplied", a dtype mismatch inside the
+    # product, or "not enough values to unpack".
+    with pytest.raises(error, match=re.escape(message)):
+        module()(x)
+
+
+def test_per_head_attention_names_the_bad_argument():
+    heads = PerHeadMultiHeadAttention(4, 2)
+    good = torch.rand(1, 5, 4)
+    with pytest.raises(
+        ValueError, match=re.escape("key: expected shape (..., T, 4), got (1, 5, 3)")
+    ):
+        heads(good, torch.rand(1, 5, 3), good)
+    with pytest.raises(TypeError, match="value: expected a floating-point tensor, got torch.int64"):
+        heads(good, good, torch.ones(1, 5, 4, dtype=torch.long))

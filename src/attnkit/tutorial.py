@@ -28,6 +28,28 @@ from torch import Tensor, nn
 from attnkit.attention import scaled_dot_product_attention
 
 
+def _check_sizes(**sizes) -> None:
+    """Refuse a size that is not a positive integer, by its name."""
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+
+
+def _check_dropout(dropout) -> None:
+    if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0 <= dropout < 1:
+        raise ValueError(f"dropout: expected a probability in [0, 1), got {dropout!r}")
+
+
+def _check_input(x, d_in: int, *, batched: bool, name: str = "x") -> None:
+    """Refuse x unless it is a floating tensor (B, T, d_in), or (..., T, d_in) unbatched."""
+    if not isinstance(x, Tensor) or not x.is_floating_point():
+        got = x.dtype if isinstance(x, Tensor) else type(x).__name__
+        raise TypeError(f"{name}: expected a floating-point tensor, got {got}")
+    if (x.dim() != 3 if batched else x.dim() < 2) or x.shape[-1] != d_in:
+        form = "(B, T, " if batched else "(..., T, "
+        raise ValueError(f"{name}: expected shape {form}{d_in}), got {tuple(x.shape)}")
+
+
 class SelfAttention(nn.Module):
     """Seed 000: x W_q, x W_k, x W_v with d_q = d_k = ``d_out_kq`` and d_v = ``d_out_v``.
 
@@ -36,6 +58,7 @@ class SelfAttention(nn.Module):
 
     def __init__(self, d_in: int, d_out_kq: int, d_out_v: int) -> None:
         super().__init__()
+        _check_sizes(d_in=d_in, d_out_kq=d_out_kq, d_out_v=d_out_v)
         self.d_out_kq = d_out_kq
         self.W_query = nn.Parameter(torch.rand(d_in, d_out_kq))
         self.W_key = nn.Parameter(torch.rand(d_in, d_out_kq))
@@ -43,6 +66,7 @@ class SelfAttention(nn.Module):
 
     def forward(self, x: Tensor, *, return_weights: bool = False):
         """x (..., T, d_in) -> context (..., T, d_out_v) [, weights (..., T, T)]."""
+        _check_input(x, self.W_query.shape[0], batched=False)
         return scaled_dot_product_attention(
             x @ self.W_query, x @ self.W_key, x @ self.W_value, return_weights=return_weights
         )
@@ -57,12 +81,14 @@ class SelfAttentionV1(nn.Module):
 
     def __init__(self, d_in: int, d_out: int) -> None:
         super().__init__()
+        _check_sizes(d_in=d_in, d_out=d_out)
         self.Q_weights = nn.Parameter(torch.rand(d_in, d_out))
         self.K_weights = nn.Parameter(torch.rand(d_in, d_out))
         self.V_weights = nn.Parameter(torch.rand(d_in, d_out))
 
     def forward(self, x: Tensor) -> Tensor:
         """x (..., T, d_in) -> (..., T, d_out)."""
+        _check_input(x, self.Q_weights.shape[0], batched=False)
         return scaled_dot_product_attention(
             x @ self.Q_weights, x @ self.K_weights, x @ self.V_weights
         )
@@ -73,12 +99,14 @@ class SelfAttentionV2(nn.Module):
 
     def __init__(self, d_in: int, d_out: int, qkv_bias: bool = False) -> None:
         super().__init__()
+        _check_sizes(d_in=d_in, d_out=d_out)
         self.Q_weights = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.K_weights = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.V_weights = nn.Linear(d_in, d_out, bias=qkv_bias)
 
     def forward(self, x: Tensor, *, causal: bool = False, return_weights: bool = False):
         """x (..., T, d_in) -> (..., T, d_out) [, weights (..., T, T)]."""
+        _check_input(x, self.Q_weights.in_features, batched=False)
         return scaled_dot_product_attention(
             self.Q_weights(x),
             self.K_weights(x),
@@ -99,6 +127,8 @@ class CausalAttention(nn.Module):
         self, d_in: int, d_out: int, context_len: int, dropout: float, qkv_bias: bool = False
     ) -> None:
         super().__init__()
+        _check_sizes(d_in=d_in, d_out=d_out, context_len=context_len)
+        _check_dropout(dropout)
         self.d_out = d_out
         self.context_len = context_len
         self.Q_weights = nn.Linear(d_in, d_out, bias=qkv_bias)
@@ -108,6 +138,7 @@ class CausalAttention(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """x (B, T, d_in) -> (B, T, d_out)."""
+        _check_input(x, self.Q_weights.in_features, batched=False)
         if x.shape[-2] > self.context_len:
             raise ValueError(f"x: {x.shape[-2]} tokens exceed context_len={self.context_len}")
         return scaled_dot_product_attention(
@@ -132,6 +163,7 @@ class MultiHeadAttentionWrapper(nn.Module):
         qkv_bias: bool = False,
     ) -> None:
         super().__init__()
+        _check_sizes(heads=heads)
         self.heads = nn.ModuleList(
             CausalAttention(d_in, d_out, context_len, dropout, qkv_bias) for _ in range(heads)
         )
@@ -157,6 +189,8 @@ class MultiHeadAttention(nn.Module):
         qkv_bias: bool = False,
     ) -> None:
         super().__init__()
+        _check_sizes(d_in=d_in, d_out=d_out, context_len=context_len, num_heads=num_heads)
+        _check_dropout(dropout)
         if d_out % num_heads != 0:
             raise ValueError(
                 f"d_out must be divisible by num_heads, got d_out={d_out}, num_heads={num_heads}"
@@ -177,6 +211,7 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """x (B, T, d_in) -> (B, T, d_out)."""
+        _check_input(x, self.Q_weights.in_features, batched=True)
         b, t, _ = x.shape
         if t > self.context_len:
             raise ValueError(f"x: {t} tokens exceed context_len={self.context_len}")
@@ -200,6 +235,7 @@ class AttentionHead(nn.Module):
 
     def __init__(self, embed_dim: int, head_dim: int) -> None:
         super().__init__()
+        _check_sizes(embed_dim=embed_dim, head_dim=head_dim)
         self.q = nn.Linear(embed_dim, head_dim)
         self.k = nn.Linear(embed_dim, head_dim)
         self.v = nn.Linear(embed_dim, head_dim)
@@ -208,6 +244,8 @@ class AttentionHead(nn.Module):
         self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
     ) -> Tensor:
         """(B, T_q, E), (B, T_k, E), (B, T_k, E) -> (B, T_q, head_dim)."""
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            _check_input(x, self.q.in_features, batched=False, name=name)
         return scaled_dot_product_attention(self.q(query), self.k(key), self.v(value), mask)
 
 
@@ -220,6 +258,7 @@ class PerHeadMultiHeadAttention(nn.Module):
 
     def __init__(self, embed_dim: int, num_heads: int) -> None:
         super().__init__()
+        _check_sizes(embed_dim=embed_dim, num_heads=num_heads)
         if embed_dim % num_heads != 0:
             raise ValueError(
                 f"embed_dim must be divisible by num_heads, got embed_dim={embed_dim}, "
@@ -268,10 +307,11 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, base: float = 10_000.0, *, interleaved: bool = False):
         super().__init__()
-        if head_dim <= 0 or head_dim % 2 != 0:
-            raise ValueError(f"head_dim: expected a positive even number, got {head_dim}")
-        if not base > 1.0:
-            raise ValueError(f"base: expected a number > 1, got {base}")
+        even = isinstance(head_dim, int) and not isinstance(head_dim, bool) and head_dim % 2 == 0
+        if not even or head_dim <= 0:
+            raise ValueError(f"head_dim: expected a positive even number, got {head_dim!r}")
+        if isinstance(base, bool) or not isinstance(base, int | float) or not base > 1.0:
+            raise ValueError(f"base: expected a number > 1, got {base!r}")
         self.head_dim = head_dim
         self.base = float(base)
         self.interleaved = interleaved
@@ -334,6 +374,7 @@ class RoPECausalAttention(CausalAttention):
 
     def forward(self, x: Tensor) -> Tensor:
         """x (B, T, d_in) -> (B, T, d_out)."""
+        _check_input(x, self.Q_weights.in_features, batched=False)
         if x.shape[-2] > self.context_len:
             raise ValueError(f"x: {x.shape[-2]} tokens exceed context_len={self.context_len}")
         queries = self.rope(self.Q_weights(x))  # (B, T, d_out), token m turned by m * theta
@@ -373,11 +414,19 @@ class GroupedQueryAttention(nn.Module):
         interleaved: bool = False,
     ) -> None:
         super().__init__()
-        if num_heads <= 0 or d_out % num_heads != 0:
+        _check_sizes(
+            d_in=d_in,
+            d_out=d_out,
+            context_len=context_len,
+            num_heads=num_heads,
+            num_kv_heads=num_kv_heads,
+        )
+        _check_dropout(dropout)
+        if d_out % num_heads != 0:
             raise ValueError(
                 f"d_out must be a multiple of num_heads, got d_out={d_out}, num_heads={num_heads}"
             )
-        if num_kv_heads <= 0 or num_heads % num_kv_heads != 0:
+        if num_heads % num_kv_heads != 0:
             raise ValueError(
                 f"num_heads must be a multiple of num_kv_heads, got num_heads={num_heads}, "
                 f"num_kv_heads={num_kv_heads}"
@@ -400,6 +449,7 @@ class GroupedQueryAttention(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """x (B, T, d_in) -> (B, T, d_out)."""
+        _check_input(x, self.Q_weights.in_features, batched=True)
         b, t, _ = x.shape
         if t > self.context_len:
             raise ValueError(f"x: {t} tokens exceed context_len={self.context_len}")
