@@ -2,6 +2,8 @@
 NaN), the KV cache equal to full recomputation, and clear errors for bad configs and inputs.
 Parity with Hugging Face GPT-2 is in test_gpt_hf.py."""
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -241,6 +243,32 @@ def test_cache_reorder_follows_the_selected_rows(rows):
             attention_mask=torch.cat([mask, torch.ones(4, 1, dtype=torch.bool)], 1)[index],
         ).logits[:, -1]
     torch.testing.assert_close(got, full, **TOL)
+
+
+@pytest.mark.parametrize(
+    "index, message",
+    [
+        (torch.tensor([0, 4]), "index: rows 0 to 4 given, but the cache holds rows 0 to 3"),
+        (torch.tensor([-1, 0]), "index: rows -1 to 0 given, but the cache holds rows 0 to 3"),
+        (torch.tensor([0.0, 1.0]), "got shape (2,) dtype torch.float32"),
+        (torch.tensor([[0, 1]]), "got shape (1, 2) dtype torch.int64"),
+        ([0, 1], "expected a 1-D int64 tensor of rows of the cache, got list"),
+    ],
+)
+def test_cache_reorder_refuses_a_bad_index_and_keeps_the_cache(rows, index, message):
+    # Before: torch's IndexError "index out of range in self", an index_select dtype error, or
+    # an AttributeError for a list.
+    model = tiny()
+    ids, mask = padded(rows, "left")
+    cache = model.init_cache(4, ids.shape[1] + 1)
+    with torch.no_grad():
+        model(ids, attention_mask=mask, cache=cache)
+        keys = [layer.k.clone() for layer in cache.layers]
+        with pytest.raises(ValueError, match=re.escape(message)):
+            cache.reorder(index)
+    assert cache.batch_size == 4
+    for layer, k in zip(cache.layers, keys, strict=True):
+        torch.testing.assert_close(layer.k, k, rtol=0, atol=0)
 
 
 def test_init_cache_defaults_and_dtype():

@@ -245,7 +245,29 @@ class GPTCache:
         return self.padding.counts.clone()
 
     def reorder(self, index: Tensor) -> None:
-        """Keep rows ``index`` (B',) of every layer (beam search, dropping finished rows)."""
+        """Keep rows ``index`` (B',) of every layer (beam search, dropping finished rows).
+
+        Raises:
+            ValueError: ``index`` is not a 1-D int64/int32 tensor of rows in ``[0, B)``,
+                checked before any layer changes.
+        """
+        rows = self.batch_size
+        if (
+            not isinstance(index, Tensor)
+            or index.dim() != 1
+            or index.dtype not in (torch.int64, torch.int32)
+        ):
+            got = (
+                f"shape {tuple(index.shape)} dtype {index.dtype}"
+                if isinstance(index, Tensor)
+                else type(index).__name__
+            )
+            raise ValueError(f"index: expected a 1-D int64 tensor of rows of the cache, got {got}")
+        if index.numel() and not 0 <= int(index.min()) <= int(index.max()) < rows:
+            raise ValueError(
+                f"index: rows {int(index.min())} to {int(index.max())} given, but the cache "
+                f"holds rows 0 to {rows - 1}"
+            )
         for layer in self.layers:
             layer.reorder(index)
         self.padding.reorder(index)
