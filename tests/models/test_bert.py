@@ -100,6 +100,32 @@ def test_tokenizer_matches_hugging_face(minilm_dir, model):
         assert torch.equal(ours[key], ref[key]), key
 
 
+def test_tokenizer_decode_matches_hugging_face(minilm_dir, model):
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(minilm_dir))
+    ids = model.tokenizer(SENTENCES)["input_ids"][0]
+    assert model.tokenizer.decode(ids) == hf_tok.decode(ids, skip_special_tokens=True)
+    assert model.tokenizer.decode(ids.tolist(), skip_special_tokens=False) == hf_tok.decode(ids)
+
+
+@pytest.mark.parametrize(
+    "ids, message",
+    [
+        ([101, 30522, 102], r"ids\[1\]: id 30522 is outside the vocabulary \[0, 30522\)"),
+        ([-1], r"ids\[0\]: id -1 is outside the vocabulary"),
+        ([101, 7592.7], r"ids\[1\]: expected an integer id, got 7592.7"),
+        (
+            torch.tensor([[101, 102]]),
+            r"ids: expected a 1-D tensor of integer ids, got shape \(1, 2\)",
+        ),
+    ],
+)
+def test_tokenizer_decode_refuses_what_is_not_an_id_of_the_vocabulary(model, ids, message):
+    # Before: an id past the vocabulary was dropped silently (decode gave ''), the others
+    # raised TypeError or OverflowError from inside tokenizers.
+    with pytest.raises(ValueError, match=message):
+        model.tokenizer.decode(ids)
+
+
 def test_hidden_states_match_hugging_face(minilm_dir, model, batch):
     hf = hf_bert(minilm_dir, "sdpa")  # the default implementation
     with torch.no_grad():

@@ -17,7 +17,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from attnkit.texts import check_texts
+from attnkit.texts import check_ids, check_texts
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +85,11 @@ class BertTokenizer:
         }  # (B, T) each
 
     def decode(self, ids: Sequence[int] | Tensor, *, skip_special_tokens: bool = True) -> str:
-        """Token ids -> text (WordPiece ``##`` pieces joined)."""
-        ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
+        """Token ids -> text (WordPiece ``##`` pieces joined).
+
+        Raises:
+            ValueError: for an id that is not an integer of the vocabulary (never dropped, as
+                the tokenizer alone would; :func:`attnkit.texts.check_ids`).
+        """
+        ids = check_ids(ids, self.vocab_size)
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
