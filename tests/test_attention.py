@@ -366,6 +366,13 @@ BAD_INPUTS = {
         ValueError,
         r"mask: shape \(3, 5\) does not broadcast.*\(2, 3, 4\)",
     ),
+    "key padding mask given as (B, T_k)": (
+        lambda: (torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 4)),
+        {"mask": torch.ones(2, 5, dtype=torch.bool)},
+        ValueError,
+        r"mask: shape \(2, 5\) does not broadcast to \(\.\.\., T_q, T_k\) = \(2, 3, 5\) "
+        r"\(a key mask \(B, T_k\) is given as \(B, 1, T_k\): mask\[:, None, :\]\)$",
+    ),
     "mask with extra leading dims": (
         _qkv,
         {"mask": torch.ones(7, 2, 3, 4, dtype=torch.bool)},

@@ -291,8 +291,17 @@ def _check_inputs(
                 f"mask, got {mask.dtype}"
             )
         if _broadcast(mask.shape, target) != target:
+            hint = ""
+            if mask.dim() == 2 and len(target) > 2 and tuple(mask.shape) == (target[0], target[-1]):
+                # The shape of a key padding mask (B, T_k): torch.nn's key_padding_mask form.
+                ones = len(target) - 2
+                hint = (
+                    f" (a key mask (B, T_k) is given as (B, {'1, ' * ones}T_k): "
+                    f"mask[:, {'None, ' * ones}:])"
+                )
             raise ValueError(
-                f"mask: shape {tuple(mask.shape)} does not broadcast to (..., T_q, T_k) = {target}"
+                f"mask: shape {tuple(mask.shape)} does not broadcast to (..., T_q, T_k) = "
+                f"{target}{hint}"
             )
     return batch, groups
 

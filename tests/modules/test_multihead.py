@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -595,6 +597,26 @@ def test_a_numpy_integer_window_is_taken_and_stored_as_an_int():
         torch.testing.assert_close(
             numpy_window(x, causal=True).output, plain(x, causal=True).output, atol=0, rtol=0
         )
+
+
+def test_a_key_padding_mask_given_as_b_by_t_gets_the_shape_to_use():
+    """torch.nn's key_padding_mask form (B, T_k) is not a (T_q, T_k) mask: the error says how
+    to give it, and the form it names gives the masked result."""
+    mha = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(3, 5, 16)
+    keys = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.bool)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "mask: shape (3, 5) does not broadcast to (..., T_q, T_k) = (3, 4, 5, 5) (a key "
+            "mask (B, T_k) is given as (B, 1, 1, T_k): mask[:, None, None, :])"
+        ),
+    ):
+        mha(x, mask=keys)
+    with torch.no_grad():
+        got = mha(x, mask=keys[:, None, None, :]).output
+        row = mha(x[1:2, :, :], x[1:2, :3, :]).output  # sentence 1 attends to its 3 real keys
+    torch.testing.assert_close(got[1:2], row)
 
 
 def test_a_bad_3d_mask_is_named_by_the_shape_given():
