@@ -35,7 +35,9 @@ def _check_input(x: Tensor, offset: int, max_len: int, d_model: int) -> None:
 class SinusoidalPositionalEncoding(nn.Module):
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same).
 
-    The table is a non-persistent buffer (it is a formula, not a weight).
+    The table is a non-persistent buffer (it is a formula, not a weight). The arguments come in
+    the Annotated Transformer's order, ``(d_model, max_len)``; :class:`LearnedPositionalEmbedding`
+    takes ``nn.Embedding``'s, ``(max_len, d_model)``: by name, either reads the same.
 
     Args:
         d_model: model width (even).
@@ -70,6 +72,9 @@ class SinusoidalPositionalEncoding(nn.Module):
 
 class LearnedPositionalEmbedding(nn.Module):
     """A trained vector per position (seed 002, BERT's ``position_embeddings``).
+
+    The arguments come in ``nn.Embedding``'s order (rows, width), the reverse of
+    :class:`SinusoidalPositionalEncoding`'s ``(d_model, max_len)``.
 
     Args:
         max_len: the number of positions.
