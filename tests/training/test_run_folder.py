@@ -4,6 +4,7 @@ killed writer's lock does not block a resume."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -127,10 +128,72 @@ def test_run_files_with_a_foreign_file_or_a_link_are_not_taken_over(tmp_path):
             (tmp_path / "elsewhere.toml").write_text("# mine")
             (folder / "config.toml").symlink_to(tmp_path / "elsewhere.toml")
         before = snapshot(folder)
-        with pytest.raises(RunFolderError, match=r"is not empty and is not an attnkit run"):
+        with pytest.raises(
+            RunFolderError,
+            match=r"holds an attnkit run without a `last` checkpoint to resume, and also "
+            r"(notes\.txt|config\.toml), which a run does not write there",
+        ):
             RunFolder(folder).open_new()
         assert snapshot(folder) == before
     assert (tmp_path / "elsewhere.toml").read_text() == "# mine"
+
+
+def _killed_in_first_save(tmp_path: Path, *, best: bool = False) -> Path:
+    """A run folder as SIGKILL leaves it during its first checkpoint's write: the run files,
+    and ``last.tmp-<pid>`` with part of a checkpoint (copied from a real run). With ``best``,
+    killed later: after the first ``best`` was saved, while ``last`` was being written."""
+    done = tmp_path / "done"
+    train(fast_config("optim.max_steps=2", "optim.eval_every=2"), done, progress=False)
+    folder = tmp_path / "killed"
+    folder.mkdir()
+    for name in RUN_FILES:
+        (folder / name).write_bytes((done / name).read_bytes())
+    partial = folder / "last.tmp-4242"
+    partial.mkdir()
+    for name in ("config.json", "model.safetensors"):  # resume.pt, state.json not yet written
+        (partial / name).write_bytes((done / "last" / name).read_bytes())
+    if best:
+        shutil.copytree(done / "best", folder / "best")
+    return folder
+
+
+def test_a_run_killed_while_writing_its_first_checkpoint_is_started_over(tmp_path, capsys):
+    """Before: `--resume` said there was no `last`, and a new run refused the folder as 'not an
+    attnkit run' (it held last.tmp-<pid>): the run could be neither resumed nor restarted."""
+    folder = _killed_in_first_save(tmp_path)
+    assert RunFolder(folder).stopped_before_first_checkpoint()
+    assert main(["train", "--resume", str(folder), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "the run stopped before its first one, so there is nothing to resume; start it over" in err
+    )
+    assert f"attnkit train --config {folder / 'config.toml'} --out {folder}" in err
+    result = train(fast_config("optim.max_steps=2"), folder, progress=False)
+    assert result.step == 2 and (folder / "last" / "state.json").is_file()
+    assert not (folder / "last.tmp-4242").exists()  # the first save removed the partial one
+
+
+def test_a_run_killed_after_its_first_best_keeps_it(tmp_path):
+    """A `best` without `last` cannot be resumed, and a new run would replace it: refused,
+    naming it, the folder untouched."""
+    folder = _killed_in_first_save(tmp_path, best=True)
+    before = snapshot(folder)
+    with pytest.raises(
+        RunFolderError,
+        match=r"holds a run that stopped before its first `last` checkpoint.*after saving "
+        r".*best'.*Move that folder out to keep it",
+    ):
+        RunFolder(folder).open_new()
+    assert snapshot(folder) == before
+
+
+def test_resume_given_a_checkpoint_folder_names_its_run(tmp_path, capsys):
+    folder = tmp_path / "run"
+    train(fast_config("optim.max_steps=1"), folder, progress=False)
+    assert main(["train", "--resume", str(folder / "last"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "this is a checkpoint folder, not a run folder; resume its run with " in err
+    assert f"`attnkit train --resume {folder}`" in err
 
 
 @pytest.mark.parametrize("exists", [False, True])

@@ -3,7 +3,8 @@
 Rules (``attnkit train`` and :class:`~attnkit.training.Trainer` follow them):
 
 * A new run goes into a folder that does not exist, is empty, or holds only the files of a
-  run that stopped before its first checkpoint (nothing to resume; it starts over there).
+  run that stopped before its first checkpoint (nothing to resume; it starts over there),
+  with the partial checkpoint folder (``last.tmp-<pid>``) of a run killed while writing it.
   Such a folder must prove that attnkit wrote it: every run leaves its lock file
   ``.attnkit.lock`` behind (below), so run-like names alone (a user's ``config.toml`` or
   ``train.log``) are not taken over. A folder holding anything else is refused with a message
@@ -36,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -48,6 +50,7 @@ from attnkit.model_folder import (
     foreign_entries,
     replace_refusal,
 )
+from attnkit.model_folder import STATE_FILE as _STATE_FILE
 from attnkit.training.checkpoint import find_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -59,6 +62,8 @@ LOG_FILE = "train.log"  # the run's log messages
 # What a run writes at its top level before its first checkpoint; a folder with only these,
 # the lock file among them, holds a run attnkit recognises.
 RUN_FILES = frozenset({RUN_CONFIG_FILE, METRICS_FILE, LOG_FILE, TOKENIZER_FILE, LOCK_FILE})
+# The partial checkpoint a run killed while writing its first one leaves: never loaded.
+_PARTIAL_CHECKPOINT = re.compile(rf"({'|'.join(RUN_MODELS)})\.tmp-\d+")
 
 
 class RunFolderError(ValueError):
@@ -196,13 +201,38 @@ class RunFolder:
                 raise RunFolderError(
                     f"--resume {os.fspath(self.path)!r}: {refusal}; nothing was trained"
                 )
-            raise RunFolderError(f"--resume {os.fspath(self.path)!r}: no `last` checkpoint")
+            raise RunFolderError(self.no_last_message())
         self.lock()
         found = self.last_checkpoint()
         if found is None:  # pragma: no cover - removed between the checks
             self.unlock()
             raise RunFolderError(f"--resume {os.fspath(self.path)!r}: no `last` checkpoint")
         return found
+
+    def no_last_message(self) -> str:
+        """Why ``--resume`` finds nothing to resume, and what to do: a run that stopped before
+        its first checkpoint is started over; a checkpoint folder given for its run is
+        named as such."""
+        path = os.fspath(self.path)
+        if self.stopped_before_first_checkpoint():
+            config = self.path / RUN_CONFIG_FILE
+            again = (
+                f"`attnkit train --config {os.fspath(config)} --out {path}`"
+                if config.is_file()
+                else f"`attnkit train --config CONFIG --out {path}`"
+            )
+            return (
+                f"--resume {path!r}: no `last` checkpoint: the run stopped before its first "
+                f"one, so there is nothing to resume; start it over in the same folder with "
+                f"{again}"
+            )
+        if (self.path / _STATE_FILE).is_file():  # a checkpoint folder, e.g. RUN/last
+            run = self.path.parent.parent if self.path.parent.name == "steps" else self.path.parent
+            return (
+                f"--resume {path!r}: this is a checkpoint folder, not a run folder; resume its "
+                f"run with `attnkit train --resume {os.fspath(run)}`"
+            )
+        return f"--resume {path!r}: no `last` checkpoint in that folder"
 
     def blocked_checkpoints(self, names: Iterable[str] = RUN_MODELS) -> list[Path]:
         """The checkpoint folders among ``names`` (paths relative to the run folder, e.g.
@@ -296,6 +326,41 @@ class RunFolder:
             f"{config} --out NEW_FOLDER`"
         )
 
+    def _is_ours(self) -> bool:
+        """The folder holds the lock file every run leaves (a file, not a link)."""
+        lock = self.path / LOCK_FILE
+        return lock.is_file() and not lock.is_symlink()
+
+    def _run_entries(self) -> set[str]:
+        """The entries of the folder that a run writes before its first checkpoint: the run
+        files, and the partial checkpoint folders of a run killed while writing its first
+        one (only checkpoint files in them)."""
+        entries = set()
+        for entry in self.path.iterdir():
+            if entry.is_symlink():
+                continue
+            if entry.name in RUN_FILES and entry.is_file():
+                entries.add(entry.name)
+            elif (
+                _PARTIAL_CHECKPOINT.fullmatch(entry.name)
+                and entry.is_dir()
+                and not foreign_entries(entry)
+            ):
+                entries.add(entry.name)
+        return entries
+
+    def stopped_before_first_checkpoint(self) -> bool:
+        """The folder holds a run that stopped before its first checkpoint (killed in its first
+        steps, or while writing that checkpoint): the run files and partial checkpoint
+        folders only, beside the lock file that proves a run used the folder, so run-like
+        names alone (a user's ``config.toml``) do not count. Nothing in it can be resumed;
+        a new run may start over in it."""
+        path = self.path
+        if not path.is_dir() or path.is_symlink() or not self._is_ours():
+            return False
+        entries = {p.name for p in path.iterdir() if p.name != LOCK_FILE}
+        return bool(entries) and entries <= self._run_entries()
+
     def lock(self) -> None:
         """Takes the folder's writer lock, without waiting.
 
@@ -339,21 +404,30 @@ class RunFolder:
                 f"--out {os.fspath(path)!r} already holds a run; resume it with --resume "
                 f"{os.fspath(path)!r} or choose a new folder"
             )
-        ours = (path / LOCK_FILE).is_file() and not (path / LOCK_FILE).is_symlink()
-        if (
-            ours
-            and set(entries) <= RUN_FILES
-            and all((path / e).is_file() and not (path / e).is_symlink() for e in entries)
-        ):
-            # A run that stopped before its first checkpoint (e.g. killed in its first steps):
-            # only files attnkit writes, beside the lock file that proves a run used the folder;
-            # nothing to resume. A new run may take it over unless the run is still going
-            # (then lock() refuses).
+        if self.stopped_before_first_checkpoint():
+            # Nothing to resume. A new run may take it over unless the run is still going
+            # (then lock() refuses). A partial checkpoint is removed by the run's first save.
             if not self.locked:
                 self.lock()
                 self.unlock()
             logger.info("%s holds a run without checkpoint: starting over in it", path)
             return
+        best = find_checkpoint(path / "best")
+        if self._is_ours() and best is not None and set(entries) - {"best"} <= self._run_entries():
+            raise RunFolderError(
+                f"--out {os.fspath(path)!r} holds a run that stopped before its first `last` "
+                f"checkpoint, the only one a run resumes from, but after saving {os.fspath(best)!r}"
+                ": a new run there would replace it. Move that folder out to keep it (a model to "
+                "translate or evaluate with), or choose a new folder. Nothing in it was changed"
+            )
+        if self._is_ours():  # a run's lock file, beside what a run does not write
+            other = [e for e in entries if e not in self._run_entries()]
+            shown = ", ".join(other[:5]) + (", ..." if len(other) > 5 else "")
+            raise RunFolderError(
+                f"--out {os.fspath(path)!r} holds an attnkit run without a `last` checkpoint to "
+                f"resume, and also {shown}, which a run does not write there; choose a new or "
+                "empty folder. Nothing in it was changed"
+            )
         shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
         raise RunFolderError(
             f"--out {os.fspath(path)!r} is not empty and is not an attnkit run (it holds "

@@ -105,7 +105,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out",
         metavar="DIR",
         help="run folder for metrics, log and checkpoints (required unless --resume); "
-        "must be new or empty",
+        "must be new or empty, or hold a run that stopped before its first checkpoint (it "
+        "starts over there); anything else is refused and left as it is",
     )
     parser.add_argument(
         "--resume",
@@ -140,7 +141,7 @@ def _config(args: argparse.Namespace):
 
     from attnkit.training.checkpoint import find_checkpoint, read_train_config
     from attnkit.training.config import TrainConfig
-    from attnkit.training.run_folder import check_run_folder
+    from attnkit.training.run_folder import RunFolder, check_run_folder
 
     if args.resume:
         if args.config:
@@ -153,7 +154,7 @@ def _config(args: argparse.Namespace):
         check_run_folder(args.resume, "--resume")
         folder = find_checkpoint(Path(args.resume) / "last")
         if folder is None:
-            raise ValueError(f"--resume {args.resume!r}: no `last` checkpoint in that folder")
+            raise ValueError(RunFolder(args.resume).no_last_message())
         config = read_train_config(folder).with_overrides(
             args.overrides, source=f"the run's saved config {os.fspath(folder / 'config.json')!r}"
         )
