@@ -13,6 +13,8 @@ from attnkit.cli import main
 from attnkit.training.config import TrainConfig
 from attnkit.training.limits import resume_conflicts
 from attnkit.training.metrics_log import read_metrics
+from attnkit.training.trainer import train
+from tests.helpers.lm import tiny_lm_config
 from tests.helpers.training import FAST, TINY_COPY
 
 from .test_run_folder import snapshot
@@ -275,3 +277,72 @@ def test_a_learning_rate_changed_on_resume_is_used_from_the_next_step(tmp_path, 
     assert before[1] == after[1] and before[2] == after[2]  # the steps before the resume
     for step in (3, 4):
         assert after[step] == pytest.approx(before[step] / 2, rel=1e-12)
+
+
+def _swap_last(run_copy, other) -> dict:
+    """Put another run's `last` in place of the run's own; the run folder's snapshot before."""
+    shutil.rmtree(run_copy / "last")
+    shutil.copytree(other / "last", run_copy / "last")
+    return snapshot(run_copy)
+
+
+def _other_run(tmp_path, *sets: str):
+    folder = tmp_path / "other"
+    args = [a for item in sets for a in ("--set", item)]
+    assert new_run(folder, "--max-steps", "2", *args) == 0
+    return folder
+
+
+def _other_vocabulary(folder) -> None:
+    """The same config, a tokenizer trained on other data: two subwords' ids swapped."""
+    path = folder / "last" / "tokenizer.json"
+    tokenizer = json.loads(path.read_text())
+    vocab = tokenizer["model"]["vocab"]
+    a, b = list(vocab)[-2:]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    path.write_text(json.dumps(tokenizer))
+
+
+@pytest.mark.parametrize(
+    "sets, named",
+    [
+        (["model.d_model=64"], "model.d_model = 64 (the run has 32)"),
+        ([], "its tokenizer.json is not the run's"),
+    ],
+)
+def test_a_last_checkpoint_of_another_run_is_not_resumed(run_copy, tmp_path, capsys, sets, named):
+    """Before: the resume took the other checkpoint's config, rewrote config.toml with it and
+    replaced the run's `best` and kept checkpoints with the other model's."""
+    other = _other_run(tmp_path, *sets)
+    if not sets:
+        _other_vocabulary(other)
+    before = _swap_last(run_copy, other)
+    assert resume(run_copy, "--max-steps", "4") == 2
+    err = capsys.readouterr().err
+    assert f"its `last` checkpoint {str(run_copy / 'last')!r} is not this run's: {named}" in err
+    assert "nothing was trained" in err
+    assert snapshot(run_copy) == before
+
+
+def test_a_language_model_last_in_a_translation_run_is_not_resumed(run_copy, tmp_path, capsys):
+    lm = tmp_path / "lm"
+    train(tiny_lm_config("optim.max_steps=1"), lm, progress=False)
+    before = _swap_last(run_copy, lm)
+    assert resume(run_copy) == 2
+    assert "is not this run's: task = 'lm' (the run has 'translation')" in capsys.readouterr().err
+    assert snapshot(run_copy) == before
+
+
+def test_a_resume_state_of_another_step_is_not_resumed(run_copy, tmp_path, capsys):
+    """A resume.pt from another point of the run (its schedule at step 4, state.json at 2)
+    was taken: the learning rate went on from the wrong step."""
+    later = tmp_path / "later"
+    assert new_run(later, "--max-steps", "4") == 0
+    (run_copy / "last" / "resume.pt").write_bytes((later / "last" / "resume.pt").read_bytes())
+    before = snapshot(run_copy)
+    assert resume(run_copy, "--max-steps", "6") == 2
+    err = capsys.readouterr().err
+    assert "resume.pt holds the schedule of step 4, its state.json step 2" in err
+    after = snapshot(run_copy)
+    assert after.pop("train.log") != before.pop("train.log")  # the attempt is logged
+    assert after == before

@@ -467,6 +467,16 @@ def check_resume(saved: TrainConfig, new: TrainConfig, saved_file: str | os.Path
     limits.check_resume(saved, new, saved_file, rule=rule)
 
 
+def run_conflicts(run: TrainConfig, other: TrainConfig) -> list[str]:
+    """What ``other`` changes of the run's ``run`` that a resume may not (the task, and the
+    keys :func:`check_resume` guards), as lines ``"model.d_model = 64 (the run has 32)"``;
+    empty when ``other`` may be a checkpoint of the run."""
+    if run.task != other.task:
+        return [f"task = {other.task!r} (the run has {run.task!r})"]
+    rule = lm_resume_conflicts if run.task == "lm" else limits.resume_conflicts
+    return rule(run, other)
+
+
 def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
     """Returns a copy of ``raw`` with each ``section.key=value`` override set.
 

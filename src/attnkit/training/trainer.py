@@ -60,7 +60,7 @@ from attnkit.files import write_text
 from attnkit.training import checkpoint as ckpt
 from attnkit.training.averaging import STEPS_DIR, step_checkpoints
 from attnkit.training.budget import Budget, Clock, RunClock
-from attnkit.training.config import TrainConfig, check_resume
+from attnkit.training.config import TrainConfig, check_resume, run_conflicts
 from attnkit.training.cosine_schedule import build_lr_scheduler, needs_progress
 from attnkit.training.distributed import (
     DistInfo,
@@ -240,6 +240,8 @@ class Trainer:
                         saved = ckpt.read_train_config(resume_from)
                     except ValueError as err:  # a corrupt or foreign config.json in `last`
                         raise self.folder.cannot_resume(err) from None
+                    if info.is_main:
+                        self._check_last_is_the_runs(saved, resume_from)
                     check_resume(saved, self.config, resume_from / mf.CONFIG_FILE)
             self._setup(info, threads, resume_from)
             self._closed = False
@@ -249,6 +251,34 @@ class Trainer:
                 self.folder.discard_new()  # a run that never began leaves nothing behind
             self.close()
             raise
+
+    def _check_last_is_the_runs(self, saved: TrainConfig, last: Path) -> None:
+        """Refuses a ``last`` checkpoint that another run wrote (copied in, or another model's
+        put in its place): its config against the run's ``config.toml`` on what a resume may
+        not change, and its tokenizer against the run's. Resuming from it would rewrite the
+        run's config and replace its ``best`` and kept checkpoints with another model's."""
+        run_file = self.out_dir / RUN_CONFIG_FILE
+        try:
+            run = TrainConfig.from_toml(run_file)
+        except (OSError, ValueError) as err:  # rewritten by the resume: not a reason to stop
+            logger.warning("could not check `last` against %s: %s", run_file, err)
+            return
+        lines = run_conflicts(run, saved)
+        mine, its = self.out_dir / mf.TOKENIZER_FILE, last / mf.TOKENIZER_FILE
+        if not lines and mine.is_file() and its.is_file():
+            try:
+                same = mf.read_json(mine) == mf.read_json(its)
+            except ValueError:  # unreadable: the task's loading names it
+                same = True
+            if not same:
+                lines.append(f"its {mf.TOKENIZER_FILE} is not the run's ({os.fspath(mine)})")
+        if lines:
+            raise RunFolderError(
+                f"--resume {os.fspath(self.out_dir)!r}: its `last` checkpoint {os.fspath(last)!r} "
+                f"is not this run's: {'; '.join(lines)} in {os.fspath(last / mf.CONFIG_FILE)} "
+                f"against the run's {os.fspath(run_file)}; nothing was trained. Put the run's "
+                "own `last` back, or train that checkpoint's model in a new folder"
+            )
 
     def _setup(self, info: DistInfo, threads: int, resume_from: Path | None) -> None:
         o = self.config.optim
@@ -337,6 +367,13 @@ class Trainer:
             resume = ckpt.load_resume_state(folder)
         except ValueError as err:  # a corrupt or truncated file in `last`: say what is left
             raise self.folder.cannot_resume(err) from None
+        scheduled = resume.get("scheduler", {}).get("last_epoch")  # one per optimizer step
+        if isinstance(scheduled, int) and scheduled != saved["step"]:
+            raise self.folder.cannot_resume(
+                f"{os.fspath(folder / mf.RESUME_FILE)} holds the schedule of step {scheduled}, "
+                f"its {mf.STATE_FILE} step {saved['step']}: the two files are of different "
+                "checkpoints"
+            )
         state = RunState.from_saved(saved["run"])
         # where the budget stands, for a schedule whose settings the resume changed
         progress = self.budget.progress(state.step, state.elapsed_sec)
