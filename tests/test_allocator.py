@@ -5,6 +5,7 @@ theirs, a bad value refused."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -108,6 +109,7 @@ class _Exec:
 
     def __call__(self, path, args, env):
         self.calls.append((path, args, env))
+        self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the signals blocked now
         if self.error is not None:
             raise self.error
 
@@ -139,6 +141,41 @@ def test_a_failed_reexec_runs_on_and_says_so(
     allocator.reexec_if_needed(["train"])  # returns
     err = capsys.readouterr().err
     assert err.startswith("attnkit: warning: running on the C library's malloc: could not start")
+
+
+def test_an_interrupt_during_the_reexec_is_kept_for_the_new_program(
+    on_linux_with_mimalloc, clean_environ, monkeypatch, capsys
+):
+    """SIGINT is blocked across the exec (a Ctrl-C that reached the signal handler but not
+    yet Python was lost with the old process image: the run went on, exit status 0), and
+    unblocked again when the exec fails."""
+    execve = _Exec(PermissionError(13, "Permission denied"))
+    monkeypatch.setattr(allocator.os, "execve", execve)
+    monkeypatch.setattr(sys, "orig_argv", ["/venv/bin/python", "/venv/bin/attnkit", "train"])
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    assert signal.SIGINT not in before
+    allocator.reexec_if_needed(["train"])
+    assert signal.SIGINT in execve.mask
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
+    capsys.readouterr()
+
+
+_PENDING_INTERRUPT = """
+import os, signal, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+os.kill(os.getpid(), signal.SIGINT)  # pressed during the exec: pending, blocked
+os.environ["_ATTNKIT_ALLOCATOR_PRELOADED"] = "1"  # what the re-executed program finds
+sys.argv = ["attnkit", "walkthrough"]
+from attnkit.cli import entry
+entry()
+"""
+
+
+def test_the_reexecuted_program_stops_on_an_interrupt_pressed_during_the_exec():
+    done = subprocess.run(
+        [sys.executable, "-c", _PENDING_INTERRUPT], capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stderr, done.stdout) == (130, "attnkit: error: interrupted\n", "")
 
 
 def test_an_unknown_allocator_is_refused_by_name():

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,6 +35,7 @@ __all__ = [
     "mimalloc_path",
     "preload_env",
     "reexec_if_needed",
+    "unblock_interrupts",
 ]
 
 ENV_VAR = "ATTNKIT_ALLOCATOR"
@@ -142,7 +144,21 @@ def reexec_if_needed(argv: list[str]) -> None:
     tail = original[len(original) - len(argv) :]
     if not sys.executable or len(original) <= len(argv) or tail != argv:
         return
+    # A Ctrl-C that reached this process's signal handler but not yet its Python code would be
+    # lost with the process image: blocked across the exec, it waits in the kernel for the new
+    # program, which unblocks it (unblock_interrupts) and stops there. (One that came before the
+    # block is raised by the interpreter before the exec.)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         os.execve(sys.executable, [sys.executable, *original[1:]], env)
     except (OSError, ValueError) as err:
         _warn(f"could not start again with mimalloc preloaded ({err})")
+    finally:  # reached only when the exec failed
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def unblock_interrupts() -> None:
+    """In a process :func:`reexec_if_needed` started: unblock SIGINT, blocked across the exec,
+    so that a Ctrl-C pressed meanwhile is raised now (KeyboardInterrupt), not lost."""
+    if os.environ.get(_MARK) and hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

@@ -9,6 +9,7 @@ import importlib
 import io
 import json
 import math
+import subprocess
 import sys
 
 import pytest
@@ -80,6 +81,45 @@ def test_failures_are_one_line(monkeypatch, capsys, error, message, status):
     err = capsys.readouterr().err
     assert err.startswith(f"attnkit walkthrough: error: {message}"), err
     assert err.count("\n") == 1
+
+
+def test_an_interrupt_while_the_arguments_are_parsed_is_one_line(monkeypatch, capsys):
+    """Parsing imports torch for some options' checks (train's --max-steps: the first half
+    second of `attnkit train`): a Ctrl-C there gave Python's traceback and status 1."""
+
+    def interrupted(self, args=None, namespace=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", interrupted)
+    assert main(["train", "--resume", "x"]) == 130
+    assert capsys.readouterr().err == "attnkit: error: interrupted\n"
+
+
+# A Ctrl-C while numpy is first imported: raised at that import, in a fresh interpreter.
+_INTERRUPTED_NUMPY = """
+import builtins, sys
+real = builtins.__import__
+def first_numpy_import_interrupted(name, *args, **kwargs):
+    if name == "numpy" and not getattr(builtins, "interrupted", False):
+        builtins.interrupted = True
+        raise KeyboardInterrupt
+    return real(name, *args, **kwargs)
+builtins.__import__ = first_numpy_import_interrupted
+from attnkit.cli import main
+sys.exit(main(["walkthrough"]))
+"""
+
+
+def test_an_interrupt_while_numpy_is_imported_stops_the_command():
+    """torch's C code imports numpy and clears what that import raises: a Ctrl-C there was
+    lost (the command ran on and exited 0) or left numpy half made (a later AttributeError,
+    status 1). attnkit imports numpy first, where the interrupt is its one line."""
+    done = subprocess.run(
+        [sys.executable, "-c", _INTERRUPTED_NUMPY], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert done.stderr == "attnkit: error: interrupted\n"
+    assert done.stdout == ""
 
 
 @pytest.mark.parametrize(

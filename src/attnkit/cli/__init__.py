@@ -80,6 +80,15 @@ def _version() -> str:
 VERBOSE_HELP = "log debug messages, and show the traceback of an error"
 
 
+# The commands that never import torch (None: no command, e.g. `attnkit --help`).
+_WITHOUT_TORCH = frozenset({None, "bleu"})
+
+
+def _command_word(argv: list[str]) -> str | None:
+    """The command named in ``argv``: its first word that is not an option."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """``parser.parse_args(argv)``, except that words no option takes are reported by the
     command's own parser (``attnkit translate: error: unrecognized arguments: ...``, with
@@ -137,10 +146,14 @@ def entry() -> None:
     mimalloc preloaded), then run :func:`main` and exit with its status."""
     try:
         allocator.check_choice(os.environ)
+        allocator.reexec_if_needed(sys.argv[1:])
+        allocator.unblock_interrupts()  # a Ctrl-C pressed during the exec is raised here
     except ValueError as err:
         print(f"attnkit: error: {err}", file=sys.stderr)
         sys.exit(2)
-    allocator.reexec_if_needed(sys.argv[1:])
+    except KeyboardInterrupt:
+        print("attnkit: error: interrupted", file=sys.stderr)
+        sys.exit(130)
     sys.exit(main())
 
 
@@ -170,8 +183,19 @@ def main(argv: list[str] | None = None) -> int:
     of memory) or a keyboard interrupt (130). ``-v`` prints the traceback before that line;
     the status is the same. Other exceptions are bugs and keep their traceback.
     """
-    parser = build_parser()
-    args = _parse(parser, argv)
+    try:
+        if _command_word(sys.argv[1:] if argv is None else argv) not in _WITHOUT_TORCH:
+            # Before torch, whose C code imports numpy and clears whatever that import
+            # raises, a Ctrl-C included: numpy is left half made and the command fails later
+            # ("module 'numpy' has no attribute 'multiply'"). Imported here, an interrupt
+            # during it is the one line below.
+            import numpy  # noqa: F401
+        # Parsing imports what the options check with (torch, for some): an interrupt there
+        # is the same one line as later.
+        args = _parse(build_parser(), argv)
+    except KeyboardInterrupt:
+        print("attnkit: error: interrupted", file=sys.stderr)
+        return 130
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_CommandFormatter(args.command))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
