@@ -414,6 +414,37 @@ def _shape_error(name: str, stored: Tensor, wanted: Tensor, in_file) -> str:
     return f"{key}: file {flip(stored.shape)}, model {flip(wanted.shape)} (attnkit's {name})"
 
 
+def nonfinite_tensors(tensors: Mapping[str, Tensor]) -> list[str]:
+    """The names of the floating tensors holding a NaN or an infinity, in order (one read
+    from the device for all of them)."""
+    floats = [(name, t) for name, t in tensors.items() if t.is_floating_point()]
+    if not floats:
+        return []
+    finite = torch.stack([torch.isfinite(t).all() for _, t in floats]).tolist()
+    return [name for (name, _), ok in zip(floats, finite, strict=True) if not ok]
+
+
+def describe_nonfinite(name: str, tensor: Tensor) -> str:
+    """``"'NAME' (2 NaN, 0 inf of 64 values)"``."""
+    nan, inf = int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum())
+    return f"{name!r} ({nan} NaN, {inf} inf of {tensor.numel()} values)"
+
+
+def check_finite(
+    tensors: Mapping[str, Tensor], source: str | os.PathLike[str], *, use: str
+) -> None:
+    """Raises ValueError naming ``source`` (the weights file) and the first of ``tensors``
+    that holds NaN or inf (a run that diverged, or a damaged file), then ``use``: what these
+    weights cannot be used for."""
+    bad = nonfinite_tensors(tensors)
+    if bad:
+        first = f"tensor {describe_nonfinite(bad[0], tensors[bad[0]])}"
+        what = (
+            f"{first} and {len(bad) - 1} other tensor(s) hold" if len(bad) > 1 else f"{first} holds"
+        )
+        raise ValueError(f"{os.fspath(source)}: {what} NaN or inf; {use}")
+
+
 def load_state_dict_into(
     model: nn.Module,
     state: Mapping[str, Tensor],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -56,6 +57,43 @@ def test_bad_model_folders_are_named(tmp_path, capsys):
     err = _error(capsys, ["export", "--format", "ctranslate2", "--model", str(bert), *out])
     assert "a Hugging Face BERT folder" in err and "expected a translation model folder" in err
     assert not (tmp_path / "out").exists()
+
+
+def _with_nan(model_dir, folder):
+    """A copy of ``model_dir`` with one NaN in its second stored tensor (writer mark kept)."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(model_dir, folder)
+    path = folder / "model.safetensors"
+    with safe_open(path, "pt") as f:
+        metadata = f.metadata()
+    tensors = load_file(path)
+    name = sorted(tensors)[1]
+    tensors[name].view(-1)[0] = float("nan")
+    save_file(tensors, path, metadata=metadata)
+    return path, name
+
+
+@pytest.mark.parametrize("command", ["export", "translate"])
+def test_weights_holding_nan_are_refused_naming_the_tensor(model_dir, tmp_path, capsys, command):
+    """Before: export wrote the NaN weights and said it exported (status 0); translate failed
+    only at the first step's log-probabilities, without naming the file."""
+    path, name = _with_nan(model_dir, tmp_path / "nan")
+    out = tmp_path / "out"
+    if command == "export":
+        argv = ["export", "--format", "ctranslate2", "--model", str(path.parent), "--out", str(out)]
+    else:
+        (tmp_path / "in.de").write_text("Ein Hund.\n")
+        argv = ["translate", "--model", str(path.parent), "-i", str(tmp_path / "in.de")]
+        argv += ["-o", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"attnkit {command}: error: {path}: tensor {name!r} (1 NaN, 0 inf of ")
+    assert err.endswith(
+        "holds NaN or inf; these weights cannot be used (a run that diverged, or a damaged file)\n"
+    )
+    assert not out.exists()
 
 
 def test_an_option_the_export_does_not_know_is_named(model_dir, tmp_path, capsys):

@@ -298,3 +298,48 @@ def test_a_full_disk_inside_safetensors_is_one_line(run_dir, tmp_path, monkeypat
     err = capsys.readouterr().err
     assert "no space left on the device" in err and str(out) in err
     assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def _nan_into(folder) -> tuple[str, int]:
+    """One NaN in the second stored tensor of ``folder``'s weights (writer mark kept); its
+    name and size."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    path = folder / "model.safetensors"
+    with safe_open(path, "pt") as f:
+        metadata = f.metadata()
+    tensors = load_file(path)
+    name = sorted(tensors)[1]
+    tensors[name].view(-1)[0] = float("nan")
+    save_file(tensors, path, metadata=metadata)
+    return name, tensors[name].numel()
+
+
+def test_a_checkpoint_holding_nan_is_not_averaged(run_dir, tmp_path, capsys):
+    """Before: the average was written with 4,096 NaN values, exit status 0."""
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    poisoned = step_checkpoints(run)[0]
+    name, size = _nan_into(poisoned)
+    assert main(["average", str(run), "--last", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"attnkit average: error: {poisoned / 'model.safetensors'}: tensor {name!r} (1 NaN, 0 inf "
+        f"of {size} values) holds NaN or inf; these weights cannot be used (a run that "
+        "diverged, or a damaged file)\n"
+    )
+    assert not (run / "averaged").exists()
+
+
+def test_a_language_model_checkpoint_holding_nan_is_not_averaged(tmp_path):
+    from tests.helpers.lm import tiny_lm_config
+
+    run = tmp_path / "lm"
+    config = tiny_lm_config("optim.max_steps=4", "optim.save_every=1", "optim.keep_checkpoints=2")
+    train(config, run, progress=False)
+    poisoned = step_checkpoints(run)[-1]
+    name, _ = _nan_into(poisoned)
+    with pytest.raises(ValueError, match=r"holds NaN or inf; these weights cannot be averaged"):
+        average_checkpoints(step_checkpoints(run), tmp_path / "avg")
+    assert not (tmp_path / "avg").exists()

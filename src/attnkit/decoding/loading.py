@@ -192,7 +192,7 @@ def load_translation_model(
     Raises:
         FileNotFoundError: If ``path`` is None and no model is shipped.
         ValueError: If ``path`` is not a folder, or a file is missing or corrupt, or the
-            weights do not fit the config (the message names the file).
+            weights do not fit the config or hold NaN or inf (the message names the file).
     """
     dtype = mf.floating_dtype(dtype)
     folder = resolve_model_dir(path)
@@ -204,6 +204,11 @@ def load_translation_model(
             f"tgt_vocab_size={config.tgt_vocab_size} in {folder / mf.CONFIG_FILE}"
         )
     state = mf.read_weights(folder)
+    mf.check_finite(
+        state,
+        folder / mf.WEIGHTS_FILE,
+        use="these weights cannot be used (a run that diverged, or a damaged file)",
+    )
     model = Transformer(config)
     mf.load_state_dict_into(
         model,

@@ -114,8 +114,9 @@ def average_checkpoints(
         run: The run the checkpoints come from, so that ``out`` never lands on it.
 
     Raises:
-        ValueError: If ``folders`` is empty, the checkpoints do not share one model config, or
-            ``out`` may not be written; checked before anything is written.
+        ValueError: If ``folders`` is empty, the checkpoints do not share one model config,
+            one holds NaN or inf, or ``out`` may not be written; checked before anything is
+            written.
         OSError: If writing fails (e.g. a full disk), naming ``out``; an earlier ``out`` is
             left as it was and no temporary folder remains.
     """
@@ -124,6 +125,7 @@ def average_checkpoints(
     folders = [Path(f) for f in folders]
     check_output(out, folders, run)
     model, tokenizer, config = ckpt.load_model(folders[-1])
+    _check_finite(model, folders[-1])
     total = {name: t.double() for name, t in model.state_dict().items()}
     for folder in folders[:-1]:
         other, _, other_config = ckpt.load_model(folder)
@@ -131,6 +133,7 @@ def average_checkpoints(
             raise ValueError(
                 f"{os.fspath(folder)!r}: model config differs from {os.fspath(folders[-1])!r}"
             )
+        _check_finite(other, folder)
         for name, t in other.state_dict().items():
             total[name] += t.double()
     with torch.no_grad():
@@ -146,6 +149,13 @@ def average_checkpoints(
         if err.filename is None and err.errno is not None:
             raise OSError(err.errno, err.strerror, os.fspath(out)) from err
         raise
+
+
+def _check_finite(model: torch.nn.Module, folder: Path) -> None:
+    """A checkpoint holding NaN or inf would make the average NaN: refused, naming it."""
+    mf.check_finite(
+        model.state_dict(), mf.weights_path(folder), use="these weights cannot be averaged"
+    )
 
 
 def average_run(

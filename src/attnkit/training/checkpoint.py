@@ -28,7 +28,6 @@ import io
 import logging
 import os
 import pickle
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +50,6 @@ __all__ = [
     "load_model",
     "load_resume_state",
     "load_weights",
-    "nonfinite_tensors",
     "read_state",
     "read_train_config",
     "save_checkpoint",
@@ -213,22 +211,6 @@ def load_resume_state(folder: str | os.PathLike[str]) -> dict[str, Any]:
     return state
 
 
-def nonfinite_tensors(tensors: Mapping[str, torch.Tensor]) -> list[str]:
-    """The names of the floating tensors holding a NaN or an infinity, in order (one read
-    from the device for all of them)."""
-    floats = [(name, t) for name, t in tensors.items() if t.is_floating_point()]
-    if not floats:
-        return []
-    finite = torch.stack([torch.isfinite(t).all() for _, t in floats]).tolist()
-    return [name for (name, _), ok in zip(floats, finite, strict=True) if not ok]
-
-
-def describe_nonfinite(name: str, tensor: torch.Tensor) -> str:
-    """``"'NAME' (2 NaN, 0 inf of 64 values)"``."""
-    nan, inf = int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum())
-    return f"{name!r} ({nan} NaN, {inf} inf of {tensor.numel()} values)"
-
-
 def load_weights(model: nn.Module, folder: str | os.PathLike[str]) -> None:
     """Loads ``model.safetensors`` into ``model`` (strict: every tensor must match; a GPT's
     from Hugging Face's GPT-2 names).
@@ -240,13 +222,7 @@ def load_weights(model: nn.Module, folder: str | os.PathLike[str]) -> None:
     """
     source = mf.weights_path(folder)
     stored = mf.read_weights(source)
-    bad = nonfinite_tensors(stored)
-    if bad:
-        first = f"tensor {describe_nonfinite(bad[0], stored[bad[0]])}"
-        what = (
-            f"{first} and {len(bad) - 1} other tensor(s) hold" if len(bad) > 1 else f"{first} holds"
-        )
-        raise ValueError(f"{source}: {what} NaN or inf; these weights cannot be trained on")
+    mf.check_finite(stored, source, use="these weights cannot be trained on")
     if isinstance(model, GPT):
         stored = gpt_hf.state_from_hf(stored, model.config, source=source)
     mf.load_state_dict_into(model, stored, source=source)

@@ -538,7 +538,7 @@ class Trainer:
         s, run = self.state, self.run
         if self._checked_step == s.step:
             return
-        bad = ckpt.nonfinite_tensors(dict(self.model.named_parameters()))
+        bad = mf.nonfinite_tensors(dict(self.model.named_parameters()))
         # Under the scaler an overflow is skipped and the scale halved; a loss that stays
         # non-finite (the forward overflows, which no scale mends) drives it below 1 (16
         # halvings from 65,536): that counts. The scale is the same on every rank.
@@ -555,7 +555,7 @@ class Trainer:
             raise self._diverged(f"the training loss is NaN or infinite at step {int(loss_step)}")
         if math.isfinite(weights_step):
             where = (
-                ckpt.describe_nonfinite(bad[0], self.model.get_parameter(bad[0]).detach())
+                mf.describe_nonfinite(bad[0], self.model.get_parameter(bad[0]).detach())
                 if bad
                 else "on another rank"
             )
