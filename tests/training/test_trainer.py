@@ -100,6 +100,22 @@ def test_stop_resume_continues_exactly_with_accumulation_and_epochs(tmp_path):
     assert losses(tmp_path / "full") == losses(tmp_path / "part")
 
 
+def test_a_resume_between_records_logs_the_loss_of_a_run_never_stopped(tmp_path):
+    """Records every 4 steps, stopped at step 6: the record of step 8 averages steps 5 to 8
+    as in the run never stopped (before: steps 7 and 8 only, from a fresh meter)."""
+    extra = ["optim.log_every=4", "optim.eval_every=3"]
+    train(fast_config("optim.max_steps=12", *extra), tmp_path / "full", progress=False)
+    train(fast_config("optim.max_steps=6", *extra), tmp_path / "part", progress=False)
+    train(fast_config("optim.max_steps=12", *extra), tmp_path / "part", resume=True, progress=False)
+
+    def losses(run):
+        records = read_metrics(run / "metrics.jsonl")
+        return [(r["step"], r["train_loss"]) for r in records if "train_loss" in r]
+
+    assert [step for step, _ in losses(tmp_path / "full")] == [4, 8, 12]
+    assert losses(tmp_path / "full") == losses(tmp_path / "part")
+
+
 def test_run_folder_contents_and_best_checkpoint(tmp_path):
     config = fast_config("optim.max_steps=6", "optim.eval_every=2", "optim.val_bleu=false")
     result = train(config, tmp_path, progress=False)

@@ -72,6 +72,8 @@ class TrainMeter:
     def reset(self) -> None:
         self.loss_sum: Tensor | float = 0.0  # stays on the device: no sync per step
         self.tokens = 0
+        # Tokens of steps trained before a resume, in loss_sum (carry) but not in the time.
+        self.carried_tokens = 0
         self.start = self.now()
         self.paused = 0.0
 
@@ -94,13 +96,39 @@ class TrainMeter:
         self.paused += seconds
 
     def summary(self, info: DistInfo, reduce_device: torch.device) -> tuple[float, float]:
-        """``(train_loss, tokens_per_sec)`` over all ranks since the last reset; then resets."""
-        sums = torch.tensor([float(self.loss_sum), float(self.tokens)], dtype=torch.float64)
+        """``(train_loss, tokens_per_sec)`` over all ranks since the last reset (the loss also
+        over the steps :meth:`carry` took over); then resets."""
+        counts = [float(self.loss_sum), float(self.tokens + self.carried_tokens), self.tokens]
+        sums = torch.tensor(counts, dtype=torch.float64)
         sums = all_reduce_sum(sums.to(reduce_device), info).cpu()
         seconds = max(self.now() - self.start - self.paused, 1e-9)
         loss = float(sums[0] / sums[1]) if sums[1] > 0 else float("nan")
         self.reset()
-        return loss, float(sums[1]) / seconds
+        return loss, float(sums[2]) / seconds
+
+    def pending(self, info: DistInfo, reduce_device: torch.device) -> dict[str, float | int]:
+        """The summed loss and tokens of all ranks since the last record (a collective): what
+        a checkpoint keeps, so that a run resumed from it records the same training loss as
+        one never stopped (its next record averages over the same steps)."""
+        counts = [float(self.loss_sum), float(self.tokens + self.carried_tokens)]
+        sums = all_reduce_sum(torch.tensor(counts, dtype=torch.float64).to(reduce_device), info)
+        return {"loss_sum": float(sums[0]), "tokens": int(sums[1])}
+
+    def carry(self, pending: Any, info: DistInfo) -> None:
+        """Take over what :meth:`pending` saved (on rank 0: the sums are all ranks'). Not a
+        dict of a number and an integer (a checkpoint from before it was saved): nothing."""
+        if not isinstance(pending, dict):
+            return
+        loss, tokens = pending.get("loss_sum"), pending.get("tokens")
+        usable = (
+            isinstance(loss, float)
+            and math.isfinite(loss)
+            and isinstance(tokens, int)
+            and not isinstance(tokens, bool)
+            and tokens >= 0
+        )
+        if usable and info.rank == 0:
+            self.loss_sum, self.carried_tokens = loss, tokens
 
 
 def format_metric(value: float) -> str:

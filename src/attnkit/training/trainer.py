@@ -92,6 +92,9 @@ from attnkit.training.translation import TranslationTask
 
 logger = logging.getLogger(__name__)
 
+# state.json key: the training loss summed since the last record (TrainMeter.pending).
+PENDING_LOSS_KEY = "train_loss_pending"
+
 
 class DivergedError(ValueError):
     """Training stopped because its loss, its weights or its validation metrics became NaN or
@@ -183,6 +186,7 @@ class Trainer:
         # Made by fit() for its session.
         self._timer: RunClock | None = None
         self._meter: TrainMeter | None = None
+        self._pending: object = None  # a resumed checkpoint's loss since its last record
         self._checked_step: int | None = None  # the step _check_finite last passed
         self._saved_step: int | None = None  # the step of the `last` written or resumed
 
@@ -381,6 +385,7 @@ class Trainer:
             resume, self.optimizer, self.scheduler, self.scaler, info, progress=progress
         )
         self.task.check_resumed(saved)
+        self._pending = saved.get(PENDING_LOSS_KEY)
         self.state = state
         self._saved_step = self.state.step
         self.metrics.truncate_after(self.state.step)
@@ -414,8 +419,11 @@ class Trainer:
             refusal = broadcast_object(refusal, info)
             if refusal:
                 raise RunFolderError(refusal)
+        pending = None
         if name == "last":
             resume = resume_states(self.optimizer, self.scheduler, self.scaler, info)
+            if self._meter is not None:  # the steps since the last record: their loss
+                pending = self._meter.pending(info, self.run.reduce_device)
         if info.is_main:
             position = self.position
             ckpt.save_checkpoint(
@@ -427,6 +435,7 @@ class Trainer:
                     "step": self.state.step,
                     "epoch": round(position.epoch_float, 4),
                     "run": asdict(self.state),
+                    **({} if pending is None else {PENDING_LOSS_KEY: pending}),
                     **self.task.checkpoint_state(position),
                 },
                 resume=resume,
@@ -721,6 +730,7 @@ class Trainer:
             self._write_due_best()
         self._meter = TrainMeter(self.clock)
         self._meter.lr = self.optimizer.param_groups[0]["lr"]
+        self._meter.carry(self._pending, info)  # a resume's steps since its last record
         batches = self.task.train_batches(self.position)
         bar = tqdm(
             total=self.budget.total_steps(),
