@@ -114,6 +114,7 @@ def config_from_hf(d: dict, *, source: str | os.PathLike[str] = "config.json") -
             )
     bias, qkv_bias = _biases(d, kind, refuse)
     window, full_layers = _window(d, kind, get, refuse)
+    rope = _rope(d, get, refuse, source)  # its errors name the file already
     try:
         return GPTConfig.llama(
             vocab_size=get("vocab_size"),
@@ -135,7 +136,7 @@ def config_from_hf(d: dict, *, source: str | os.PathLike[str] = "config.json") -
             eos_token_id=_one_id("eos_token_id", get("eos_token_id"), source),
             window=window,
             full_attention_layers=full_layers,
-            **_rope(d, get, refuse, source),
+            **rope,
         )
     except ValueError as err:
         raise ValueError(f"{source}: {err}") from None
