@@ -547,7 +547,9 @@ def test_empty_and_legacy_translation_folders_may_be_replaced(tmp_path):
 
 def test_unwritable_parent_is_a_clear_error(tmp_path, monkeypatch):
     (tmp_path / "a_file").write_text("x")
-    with pytest.raises(ValueError, match=r"cannot write beside it in '.*a_file'"):
+    with pytest.raises(
+        ValueError, match=r"output folder '.*a_file/out': '.*a_file' is not a folder"
+    ):
         good_folder(tmp_path / "a_file" / "out")
 
     def read_only(self, *args, **kwargs):

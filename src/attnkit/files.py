@@ -222,11 +222,30 @@ def default_file_mode() -> int:
     return 0o666 & ~umask
 
 
+def check_folder_target(target: str | os.PathLike, what: str) -> None:
+    """Raises a ValueError naming ``what`` (the option or role of the folder) and ``target``
+    if a folder cannot be written there by name: an empty path, ``.`` or ``..`` (a folder is
+    written beside its name and renamed into place), or a path under a file."""
+    given, target = os.fspath(target), Path(target)
+    if target.name in ("", ".", ".."):
+        raise ValueError(
+            f"{what} {given!r}: expected a folder's name (not the current or parent folder): "
+            "the folder is written beside it and renamed into place"
+        )
+    for parent in target.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{what} {given!r}: {os.fspath(parent)!r} is not a folder")
+            break
+
+
 def temp_beside(target: Path, what: str) -> tuple[Path, Path]:
     """``(tmp, old)`` beside ``target`` for writing a folder atomically: ``NAME.tmp-<pid>``,
     created empty (a leftover of this process id removed first), and ``NAME.old-<pid>``, free,
-    for :func:`replace_folder`. A parent that cannot be written is a ValueError naming
-    ``what`` (the option or role of the folder)."""
+    for :func:`replace_folder`. A target that cannot be written by name
+    (:func:`check_folder_target`) or a parent that cannot be written is a ValueError naming
+    ``what`` (the option or role of the folder) and ``target``."""
+    check_folder_target(target, what)
     tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
     old = target.with_name(f"{target.name}.old-{os.getpid()}")
     try:
@@ -235,7 +254,7 @@ def temp_beside(target: Path, what: str) -> tuple[Path, Path]:
             if stale.exists():
                 shutil.rmtree(stale)
         tmp.mkdir()
-    except (PermissionError, NotADirectoryError, FileExistsError) as err:
+    except OSError as err:  # no permission, a read-only or pseudo file system (/proc), ...
         raise ValueError(
             f"{what} {os.fspath(target)!r}: cannot write beside it in "
             f"{os.fspath(target.parent)!r} ({err.strerror or err})"

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -237,6 +238,47 @@ def test_cli_names_a_run_folder_that_is_missing_or_a_file(tmp_path, capsys):
     assert main(["average", str(tmp_path)]) == 2  # a folder: no kept checkpoints in it
     assert f"no kept checkpoints in {tmp_path / 'steps'}" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+@pytest.mark.parametrize(
+    "out, message",
+    [
+        (".", "--out '.': expected a folder's name (not the current or parent folder)"),
+        ("sub/..", "--out 'sub/..': expected a folder's name (not the current or parent folder)"),
+        ("a_file/x", "--out 'a_file/x': 'a_file' is not a folder"),
+        ("a_file/x/y", "--out 'a_file/x/y': 'a_file' is not a folder"),
+    ],
+)
+def test_out_that_cannot_be_written_by_name_is_named(
+    run_dir, tmp_path, monkeypatch, capsys, out, message
+):
+    """Before: "PosixPath('.') has an empty name" (`--out .`, `--out ""`), and for a path under
+    a file "checkpoint folder ...: cannot write beside it in 'a_file' (File exists)"."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_file").write_text("mine")
+    before = _snapshot(tmp_path)
+    assert main(["average", str(run_dir), "--last", "2", "--out", out]) == 2
+    assert capsys.readouterr().err.startswith(f"attnkit average: error: {message}")
+    assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_out_on_a_file_system_that_takes_no_folder_names_out(run_dir, capsys):
+    """Before: "'/proc/x.tmp-1576': no such file or directory", the temporary folder's name."""
+    assert main(["average", str(run_dir), "--last", "2", "--out", "/proc/attnkit_x"]) == 2
+    assert capsys.readouterr().err == (
+        "attnkit average: error: checkpoint folder '/proc/attnkit_x': cannot write beside it in "
+        "'/proc' (No such file or directory)\n"
+    )
+
+
+def test_a_checkpoint_folder_given_as_the_run_names_the_run(run_dir, capsys):
+    """Before: "no kept checkpoints in RUN/last/steps"."""
+    assert main(["average", str(run_dir / "last")]) == 2
+    assert capsys.readouterr().err == (
+        f"attnkit average: error: {run_dir / 'last'}: a checkpoint folder, not a run folder; "
+        f"average the run's kept checkpoints with `attnkit average {run_dir}`\n"
+    )
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "1.5", "x", "", "nan"])

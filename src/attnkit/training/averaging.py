@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from attnkit import model_folder as mf
+from attnkit.files import check_folder_target
 from attnkit.training import checkpoint as ckpt
 from attnkit.training.run_folder import check_run_folder
 
@@ -75,6 +76,7 @@ def check_output(
                 f"--out {os.fspath(out)!r}: one of the run's own checkpoints (last, best, "
                 f"{STEPS_DIR}/); averaging never writes there (default: RUN/averaged)"
             )
+    check_folder_target(out, "--out")  # '.', '..', a path under a file
     mf.check_outside_models(out, "--out")  # another run's checkpoints, a shipped model
     for folder in folders:
         source = Path(folder).resolve()
@@ -176,6 +178,12 @@ def average_run(
         raise ValueError(f"--last: expected a positive number, got {last!r}")
     check_run_folder(run, "run")
     found = step_checkpoints(run)
+    if not found and (run / mf.STATE_FILE).is_file():  # RUN/last, RUN/best, a kept step
+        owner = run.parent.parent if run.parent.name == STEPS_DIR else run.parent
+        raise ValueError(
+            f"{os.fspath(run)}: a checkpoint folder, not a run folder; average the run's kept "
+            f"checkpoints with `attnkit average {os.fspath(owner)}`"
+        )
     if not found:
         raise ValueError(
             f"{os.fspath(run)}: no kept checkpoints in {os.fspath(run / STEPS_DIR)} "
