@@ -85,6 +85,18 @@ def test_empty_file_names_file(tmp_path, compress):
         load_parallel(path, path)
 
 
+def test_a_file_of_blank_lines_names_file(tmp_path):
+    """Before: accepted, and a run trained on empty pairs (exit status 0)."""
+    (tmp_path / "blank.de").write_text("\n \n\t\n")
+    (tmp_path / "ok.en").write_text("a\nb\nc\n")
+    with pytest.raises(ValueError, match=r"blank.de' holds only blank lines \(3\), expected one"):
+        load_parallel(tmp_path / "blank.de", tmp_path / "ok.en")
+    with pytest.raises(ValueError, match=r"blank.de' holds only blank lines"):
+        load_parallel(tmp_path / "ok.en", tmp_path / "blank.de")
+    (tmp_path / "some.de").write_text("\nx\n\n")  # blank lines among sentences: kept
+    assert load_parallel(tmp_path / "some.de", tmp_path / "ok.en").src == ["", "x", ""]
+
+
 def test_damaged_gzip_names_file(tmp_path):
     path = write(tmp_path / "cut.gz", gzip.compress(b"hello\n" * 100)[:20])
     with pytest.raises(ValueError, match=re.escape(str(path)) + ".*gzip"):

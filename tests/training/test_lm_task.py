@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 
 import pytest
@@ -227,3 +228,22 @@ def test_a_resume_from_weights_holding_nan_is_refused_naming_the_stored_tensor(l
         Trainer(config, folder, resume=True, progress=False).fit()
     assert path.read_bytes() == before
     assert max(r["step"] for r in read_metrics(folder / "metrics.jsonl")) == 12
+
+
+def test_a_training_text_shorter_than_a_window_names_the_file_and_the_setting(tmp_path):
+    """Before: "ids: 3 tokens, fewer than one window of context + 1", in the sampler's terms."""
+    (tmp_path / "short.txt").write_text("ab\n")
+    config = tiny_lm_config(
+        "data.corpus=",
+        f"data.train_file={tmp_path / 'short.txt'}",
+        f"data.val_file={tmp_path / 'short.txt'}",
+        "optim.max_steps=1",
+    )
+    message = (
+        f"data.train_file={str(tmp_path / 'short.txt')!r} cut to data.max_train_chars=1500: 3 "
+        "tokens, fewer than one window of model.context_length + 1 = 17; give a longer "
+        "training text or a shorter model.context_length"
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        train(config, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -166,3 +168,14 @@ def test_pad_multiple_pads_the_training_batches_and_is_checked(tmp_path):
                 assert ids.shape[1] % 8 == 0 or ids.shape[1] == task.collate.max_width
     with pytest.raises(ValueError, match=r"data.pad_multiple"):
         fast_config("data.pad_multiple=0")
+
+
+@pytest.mark.parametrize(
+    "setting, key",
+    [("data.max_len=2", "data.max_len = 2"), ("model.max_len=2", "model.max_len = 2")],
+)
+def test_a_max_len_no_pair_fits_names_the_setting(tmp_path, setting, key):
+    """Before: "pairs: none of the 300 pairs fits max_len=2", in the sampler's terms."""
+    with pytest.raises(ValueError, match=re.escape(f"{key}: none of the 300 training pairs fits")):
+        train(fast_config(setting, "optim.max_steps=1"), tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()

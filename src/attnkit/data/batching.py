@@ -51,6 +51,10 @@ def pair_length(src_ids: Sequence[int], tgt_ids: Sequence[int]) -> int:
     return max(len(src_ids), len(tgt_ids)) + 1
 
 
+class NoPairFitsError(ValueError):
+    """No pair is short enough for ``max_len`` (:class:`TokenBatchSampler`)."""
+
+
 class TokenBatchSampler(Sampler[list[int]]):
     """Yields lists of pair indices, each batch within a padded-token budget.
 
@@ -115,7 +119,7 @@ class TokenBatchSampler(Sampler[list[int]]):
                 max_len,
             )
         if not keep.any():
-            raise ValueError(f"pairs: none of the {len(lengths)} pairs fits max_len={max_len}")
+            raise NoPairFitsError(f"pairs: none of the {len(lengths)} pairs fits max_len={max_len}")
         self._indices = np.flatnonzero(keep)  # (N,) indices into pairs
         self._lengths = lengths[keep]  # (N,)
         self._batch_sizes = self._pack(np.sort(self._lengths), max_tokens)

@@ -114,8 +114,8 @@ def load_parallel(
         The aligned sentences.
 
     Raises:
-        ValueError: If a file cannot be read as text (see `read_lines`), is empty, or the
-            two files have different line counts.
+        ValueError: If a file cannot be read as text (see `read_lines`), is empty or holds
+            only blank lines, or the two files have different line counts.
     """
     src = read_lines(src_path)
     tgt = read_lines(tgt_path)
@@ -126,6 +126,10 @@ def load_parallel(
     for name, lines in ((src_name, src), (tgt_name, tgt)):
         if not lines:
             raise ValueError(f"{name} is empty, expected one sentence a line")
+        if not any(line.strip() for line in lines):
+            raise ValueError(
+                f"{name} holds only blank lines ({len(lines):,}), expected one sentence a line"
+            )
     if len(src) != len(tgt):
         raise ValueError(
             f"{src_name} has {len(src)} lines but {tgt_name} has {len(tgt)} lines; expected the "

@@ -188,6 +188,22 @@ class LMTask(Task):
         cfg = replace(cfg, model=model_cfg)
         context = cfg.context_length
         train_ids = encode_text(self.tokenizer, text.train)
+        if len(train_ids) < context + 1:  # in the config's terms (RandomWindows says it too)
+            key = "data.context_length" if data.context_length else "model.context_length"
+            source = (
+                f"data.corpus={data.corpus!r}"
+                if data.corpus
+                else f"data.train_file={data.train_file!r}"
+            )
+            cut = (
+                f" cut to data.max_train_chars={data.max_train_chars}"
+                if data.max_train_chars
+                else ""
+            )
+            raise ValueError(
+                f"{source}{cut}: {len(train_ids):,} tokens, fewer than one window of {key} + 1 "
+                f"= {context + 1}; give a longer training text or a shorter {key}"
+            )
         self.windows = RandomWindows(
             train_ids,
             context=context,

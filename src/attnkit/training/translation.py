@@ -20,7 +20,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from attnkit.data import Batch, Collator, ParallelCorpus, SubwordTokenizer, TokenBatchSampler
-from attnkit.data.batching import pair_length
+from attnkit.data.batching import NoPairFitsError, pair_length
 from attnkit.models.transformer import Transformer
 from attnkit.training import checkpoint as ckpt
 from attnkit.training.config import TrainConfig
@@ -111,14 +111,25 @@ class TranslationTask(Task):
                 "from the deterministic lengths)",
                 cfg.data.bpe_dropout,
             )
-        self.sampler = TokenBatchSampler(
-            self.train_pairs,
-            max_tokens=cfg.data.max_tokens,
-            max_len=max_len,
-            seed=cfg.data.seed,
-            num_shards=info.world_size,
-            shard_index=info.rank,
-        )
+        key = "data.max_len" if cfg.data.max_len else "model.max_len"
+
+        def too_short(pairs: str, count: int) -> ValueError:
+            return ValueError(
+                f"{key} = {max_len}: none of the {count:,} {pairs} pairs fits in it (the longer "
+                f"side's tokens with its end token); give a larger {key}"
+            )
+
+        try:
+            self.sampler = TokenBatchSampler(
+                self.train_pairs,
+                max_tokens=cfg.data.max_tokens,
+                max_len=max_len,
+                seed=cfg.data.seed,
+                num_shards=info.world_size,
+                shard_index=info.rank,
+            )
+        except NoPairFitsError:
+            raise too_short("training", len(self.train_pairs)) from None
         logger.info(
             "train: %d pairs kept, %d skipped as longer than max_len=%d; %d batches per "
             "epoch per rank (max_tokens=%d, accumulation=%d)",
@@ -131,9 +142,12 @@ class TranslationTask(Task):
         )
         self.val_batches = []
         if self.val_pairs:
-            val_sampler = TokenBatchSampler(
-                self.val_pairs, max_tokens=cfg.data.max_tokens, max_len=max_len, shuffle=False
-            )
+            try:
+                val_sampler = TokenBatchSampler(
+                    self.val_pairs, max_tokens=cfg.data.max_tokens, max_len=max_len, shuffle=False
+                )
+            except NoPairFitsError:
+                raise too_short("validation", len(self.val_pairs)) from None
             self.val_batches = list(val_sampler)
             logger.info(
                 "validation: %d pairs kept, %d skipped as longer than max_len=%d",
