@@ -13,6 +13,7 @@ import pytest
 
 from attnkit.cli import main
 from attnkit.decoding import load_translation_model
+from tests.helpers.bad_files import poison_weights
 from tests.helpers.viz import build_translation_model
 
 
@@ -60,18 +61,10 @@ def test_bad_model_folders_are_named(tmp_path, capsys):
 
 
 def _with_nan(model_dir, folder):
-    """A copy of ``model_dir`` with one NaN in its second stored tensor (writer mark kept)."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file, save_file
-
+    """A copy of ``model_dir`` with one NaN in its weights."""
     shutil.copytree(model_dir, folder)
     path = folder / "model.safetensors"
-    with safe_open(path, "pt") as f:
-        metadata = f.metadata()
-    tensors = load_file(path)
-    name = sorted(tensors)[1]
-    tensors[name].view(-1)[0] = float("nan")
-    save_file(tensors, path, metadata=metadata)
+    name, _ = poison_weights(path)
     return path, name
 
 

@@ -40,3 +40,19 @@ def truncate(path: Path, keep: int | float) -> None:
     data = path.read_bytes()
     cut = int(len(data) * keep) if isinstance(keep, float) else keep % len(data)
     path.write_bytes(data[:cut])
+
+
+def poison_weights(path: Path, value: float = float("nan")) -> tuple[str, int]:
+    """Write ``value`` (NaN by default, or inf) into the first element of the second stored
+    tensor of the safetensors file ``path``, keeping its metadata (attnkit's writer mark);
+    returns that tensor's name and size."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    with safe_open(path, "pt") as f:
+        metadata = f.metadata()
+    tensors = load_file(path)
+    name = sorted(tensors)[1]
+    tensors[name].view(-1)[0] = value
+    save_file(tensors, path, metadata=metadata)
+    return name, tensors[name].numel()

@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 from attnkit.cli import main
 from attnkit.training.averaging import average_checkpoints, step_checkpoints
 from attnkit.training.trainer import train
+from tests.helpers.bad_files import poison_weights
 from tests.helpers.training import ROOT, fast_config, subprocess_env
 
 
@@ -343,19 +344,8 @@ def test_a_full_disk_inside_safetensors_is_one_line(run_dir, tmp_path, monkeypat
 
 
 def _nan_into(folder) -> tuple[str, int]:
-    """One NaN in the second stored tensor of ``folder``'s weights (writer mark kept); its
-    name and size."""
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
-    path = folder / "model.safetensors"
-    with safe_open(path, "pt") as f:
-        metadata = f.metadata()
-    tensors = load_file(path)
-    name = sorted(tensors)[1]
-    tensors[name].view(-1)[0] = float("nan")
-    save_file(tensors, path, metadata=metadata)
-    return name, tensors[name].numel()
+    """One NaN in ``folder``'s weights; the tensor's name and size."""
+    return poison_weights(folder / "model.safetensors")
 
 
 def test_a_checkpoint_holding_nan_is_not_averaged(run_dir, tmp_path, capsys):

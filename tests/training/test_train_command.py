@@ -6,14 +6,13 @@ import json
 import shutil
 
 import pytest
-from safetensors import safe_open
-from safetensors.torch import load_file, save_file
 
 from attnkit.cli import main
 from attnkit.training.config import TrainConfig
 from attnkit.training.limits import resume_conflicts
 from attnkit.training.metrics_log import read_metrics
 from attnkit.training.trainer import train
+from tests.helpers.bad_files import poison_weights
 from tests.helpers.lm import tiny_lm_config
 from tests.helpers.training import FAST, TINY_COPY
 
@@ -205,12 +204,7 @@ def test_a_resume_from_weights_holding_nan_or_inf_is_refused_before_any_step(
     """`last` with one NaN (a bit flip, a diverged step) was resumed, trained to its budget on
     NaN and saved as `last` with every tensor NaN, exit status 0."""
     path = run_copy / "last" / "model.safetensors"
-    with safe_open(path, "pt") as f:
-        metadata = f.metadata()
-    tensors = load_file(path)
-    name = sorted(tensors)[1]
-    tensors[name].view(-1)[2] = value
-    save_file(tensors, path, metadata=metadata)
+    name, size = poison_weights(path, value)
     kept = {k: v for k, v in snapshot(run_copy).items() if k not in NOT_COMPARED}
     assert resume(run_copy, "--max-steps", "4") == 2
     err = capsys.readouterr().err
@@ -219,7 +213,7 @@ def test_a_resume_from_weights_holding_nan_or_inf_is_refused_before_any_step(
     nan, inf = (1, 0) if value != value else (0, 1)
     assert line.startswith(
         f"attnkit train: error: --resume {str(run_copy)!r}: {path}: tensor {name!r} ({nan} NaN, "
-        f"{inf} inf of {tensors[name].numel()} values) holds NaN or inf; these weights cannot be "
+        f"{inf} inf of {size} values) holds NaN or inf; these weights cannot be "
         "trained on; "
     ), line
     assert line.endswith("nothing was trained")
