@@ -156,8 +156,35 @@ def test_an_interrupt_during_the_reexec_is_kept_for_the_new_program(
     assert signal.SIGINT not in before
     allocator.reexec_if_needed(["train"])
     assert signal.SIGINT in execve.mask
+    assert execve.calls[0][2]["_ATTNKIT_UNBLOCK_SIGINT"] == "1"
     assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
+    # Blocked already (by the launcher): the new program is not told to unblock it.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        allocator.reexec_if_needed(["train"])
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+    assert "_ATTNKIT_UNBLOCK_SIGINT" not in execve.calls[1][2]
     capsys.readouterr()
+
+
+_BLOCKED_BY_THE_LAUNCHER = """
+import os, signal
+from attnkit import allocator
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # the launcher's choice
+os.environ["_ATTNKIT_ALLOCATOR_PRELOADED"] = "1"  # re-executed, with no unblock marker
+allocator.unblock_interrupts()
+print(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+"""
+
+
+def test_a_sigint_block_the_launcher_chose_is_kept():
+    """Only the block of the exec itself is lifted: a program started with SIGINT blocked
+    keeps it blocked, re-executed or not."""
+    done = subprocess.run(
+        [sys.executable, "-c", _BLOCKED_BY_THE_LAUNCHER], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout == "True\n", done.stderr
 
 
 _PENDING_INTERRUPT = """
@@ -165,6 +192,7 @@ import os, signal, sys
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 os.kill(os.getpid(), signal.SIGINT)  # pressed during the exec: pending, blocked
 os.environ["_ATTNKIT_ALLOCATOR_PRELOADED"] = "1"  # what the re-executed program finds
+os.environ["_ATTNKIT_UNBLOCK_SIGINT"] = "1"  # blocked for the exec, not before it
 sys.argv = ["attnkit", "walkthrough"]
 from attnkit.cli import entry
 entry()

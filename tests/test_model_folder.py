@@ -559,6 +559,15 @@ def test_unwritable_parent_is_a_clear_error(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"cannot write beside it .*Permission denied"):
         good_folder(tmp_path / "out")
 
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", full)  # a full disk keeps the CLI's advice: an OSError
+    with pytest.raises(OSError) as err:
+        good_folder(tmp_path / "out")
+    assert (err.value.errno, err.value.filename) == (errno.ENOSPC, str(tmp_path / "out"))
+    assert not isinstance(err.value, ValueError)
+
 
 def test_stale_temporaries_are_removed_but_look_alikes_are_kept(tmp_path):
     (tmp_path / "out.tmp-999").mkdir()

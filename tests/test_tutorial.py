@@ -750,3 +750,13 @@ def test_per_head_attention_names_the_bad_argument():
         heads(good, torch.rand(1, 5, 3), good)
     with pytest.raises(TypeError, match="value: expected a floating-point tensor, got torch.int64"):
         heads(good, good, torch.ones(1, 5, 4, dtype=torch.long))
+
+
+def test_numpy_sizes_and_rates_are_taken_as_torch_takes_them():
+    """np.int64 sizes (from a shape) and np.float32 rates are numbers nn.Linear and nn.Dropout
+    take: the checks must not refuse them."""
+    import numpy as np
+
+    module = CausalAttention(np.int64(3), np.int64(4), np.int64(6), np.float32(0.1))
+    assert module(torch.rand(1, 5, 3)).shape == (1, 5, 4)
+    assert RotaryEmbedding(np.int64(4), np.float64(1e4))(torch.rand(2, 4)).shape == (2, 4)

@@ -19,7 +19,6 @@ attnkit``) never changes the allocator of the program that imports it.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import signal
 import sys
@@ -43,6 +42,8 @@ CHOICES = ("mimalloc", "system")
 # Set in the environment of the re-executed process, so that it never executes itself again
 # (even when the preload failed and the library is not mapped).
 _MARK = "_ATTNKIT_ALLOCATOR_PRELOADED"
+# Set for the re-executed process when SIGINT was blocked for the exec only (unblock_interrupts).
+_UNBLOCK = "_ATTNKIT_UNBLOCK_SIGINT"
 # The commands that run on mimalloc: where it was measured to pay. Training makes 1.25x the
 # steps of a 2-minute run and 1.47x those of the 57-minute translator run on glibc's malloc;
 # beam-search decoding (evaluate, translate) ran slower on it (268-290 against 326-339
@@ -56,6 +57,8 @@ _KNOWN = (("libmimalloc", "mimalloc"), ("libjemalloc", "jemalloc"), ("libtcmallo
 
 def mimalloc_path() -> Path | None:
     """The ``libmimalloc.so`` that the installed ``cmeel-mimalloc`` wheel ships, or None."""
+    import importlib.metadata  # here: a fifth of the program's start before it can catch Ctrl-C
+
     try:
         files = importlib.metadata.files("cmeel-mimalloc") or []
     except importlib.metadata.PackageNotFoundError:
@@ -149,6 +152,8 @@ def reexec_if_needed(argv: list[str]) -> None:
     # program, which unblocks it (unblock_interrupts) and stops there. (One that came before the
     # block is raised by the interpreter before the exec.)
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    if signal.SIGINT not in mask:  # blocked here, not by whoever started this process
+        env[_UNBLOCK] = "1"
     try:
         os.execve(sys.executable, [sys.executable, *original[1:]], env)
     except (OSError, ValueError) as err:
@@ -158,7 +163,8 @@ def reexec_if_needed(argv: list[str]) -> None:
 
 
 def unblock_interrupts() -> None:
-    """In a process :func:`reexec_if_needed` started: unblock SIGINT, blocked across the exec,
-    so that a Ctrl-C pressed meanwhile is raised now (KeyboardInterrupt), not lost."""
-    if os.environ.get(_MARK) and hasattr(signal, "pthread_sigmask"):
+    """In a process :func:`reexec_if_needed` started: unblock SIGINT, which it blocked across
+    the exec (not one the process that started attnkit blocked), so that a Ctrl-C pressed
+    meanwhile is raised now (KeyboardInterrupt), not lost."""
+    if os.environ.pop(_UNBLOCK, None) and hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

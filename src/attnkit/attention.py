@@ -275,7 +275,9 @@ def _check_inputs(
             "grouped-query attention the query's heads, dim -3, must be a multiple of the "
             "key/value heads)"
         )
-    if not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
+    if isinstance(dropout, bool) or not (
+        isinstance(dropout, numbers.Real) and 0.0 <= dropout < 1.0
+    ):
         raise ValueError(f"dropout: expected a probability in [0, 1), got {dropout!r}")
     if scale is not None and not (
         isinstance(scale, numbers.Real) and not isinstance(scale, bool) and math.isfinite(scale)

@@ -254,7 +254,9 @@ def temp_beside(target: Path, what: str) -> tuple[Path, Path]:
             if stale.exists():
                 shutil.rmtree(stale)
         tmp.mkdir()
-    except OSError as err:  # no permission, a read-only or pseudo file system (/proc), ...
+    except OSError as err:  # no permission, a pseudo file system (/proc), ...
+        if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):  # the CLI's advice for these
+            raise OSError(err.errno, err.strerror, os.fspath(target)) from None
         raise ValueError(
             f"{what} {os.fspath(target)!r}: cannot write beside it in "
             f"{os.fspath(target.parent)!r} ({err.strerror or err})"

@@ -430,6 +430,10 @@ def describe_nonfinite(name: str, tensor: Tensor) -> str:
     return f"{name!r} ({nan} NaN, {inf} inf of {tensor.numel()} values)"
 
 
+# What check_finite says of weights a model is loaded from.
+USE_NONFINITE = "these weights cannot be used (a run that diverged, or a damaged file)"
+
+
 def check_finite(
     tensors: Mapping[str, Tensor], source: str | os.PathLike[str], *, use: str
 ) -> None:

@@ -22,6 +22,8 @@ with ``rotary``), checked against Hugging Face's Llama and equal to the fast pat
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import Tensor, nn
 
@@ -31,12 +33,12 @@ from attnkit.attention import scaled_dot_product_attention
 def _check_sizes(**sizes) -> None:
     """Refuse a size that is not a positive integer, by its name."""
     for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
             raise ValueError(f"{name}: expected a positive integer, got {value!r}")
 
 
 def _check_dropout(dropout) -> None:
-    if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0 <= dropout < 1:
+    if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real) or not 0 <= dropout < 1:
         raise ValueError(f"dropout: expected a probability in [0, 1), got {dropout!r}")
 
 
@@ -307,10 +309,14 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, base: float = 10_000.0, *, interleaved: bool = False):
         super().__init__()
-        even = isinstance(head_dim, int) and not isinstance(head_dim, bool) and head_dim % 2 == 0
+        even = (
+            isinstance(head_dim, numbers.Integral)
+            and not isinstance(head_dim, bool)
+            and head_dim % 2 == 0
+        )
         if not even or head_dim <= 0:
             raise ValueError(f"head_dim: expected a positive even number, got {head_dim!r}")
-        if isinstance(base, bool) or not isinstance(base, int | float) or not base > 1.0:
+        if isinstance(base, bool) or not isinstance(base, numbers.Real) or not base > 1.0:
             raise ValueError(f"base: expected a number > 1, got {base!r}")
         self.head_dim = head_dim
         self.base = float(base)

@@ -252,7 +252,7 @@ def test_cache_reorder_follows_the_selected_rows(rows):
         (torch.tensor([-1, 0]), "index: rows -1 to 0 given, but the cache holds rows 0 to 3"),
         (torch.tensor([0.0, 1.0]), "got shape (2,) dtype torch.float32"),
         (torch.tensor([[0, 1]]), "got shape (1, 2) dtype torch.int64"),
-        ([0, 1], "expected a 1-D int64 tensor of rows of the cache, got list"),
+        ([0, 1], "expected a 1-D int64 or int32 tensor of rows of the cache, got list"),
     ],
 )
 def test_cache_reorder_refuses_a_bad_index_and_keeps_the_cache(rows, index, message):

@@ -5,6 +5,8 @@ written by attnkit load back into both; unsupported options and pickles are refu
 
 import json
 import os
+import re
+import shutil
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers is imported: never touch the network
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -294,6 +296,22 @@ def test_save_refuses_what_gpt2_folders_cannot_hold(tmp_path, field, value, mess
 
 
 # --------------------------------------------------------------------------- refusals
+
+
+def test_weights_holding_nan_are_refused_naming_the_stored_tensor(tmp_path, small_dir):
+    """Before: loaded; `attnkit evaluate --text` on such a model printed nan nats a token,
+    status 0."""
+    from tests.helpers.bad_files import poison_weights
+
+    shutil.copytree(small_dir, tmp_path / "nan")
+    path = tmp_path / "nan" / "model.safetensors"
+    name, size = poison_weights(path)
+    message = (
+        f"{path}: tensor {name!r} (1 NaN, 0 inf of {size} values) holds NaN or inf; these "
+        "weights cannot be used (a run that diverged, or a damaged file)"
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        GPT.from_pretrained(tmp_path / "nan")
 
 
 def test_pickle_checkpoint_is_refused_with_a_conversion_hint(tmp_path, small_dir):

@@ -268,7 +268,7 @@ def test_out_on_a_file_system_that_takes_no_folder_names_out(run_dir, capsys):
     """Before: "'/proc/x.tmp-1576': no such file or directory", the temporary folder's name."""
     assert main(["average", str(run_dir), "--last", "2", "--out", "/proc/attnkit_x"]) == 2
     assert capsys.readouterr().err == (
-        "attnkit average: error: checkpoint folder '/proc/attnkit_x': cannot write beside it in "
+        "attnkit average: error: --out '/proc/attnkit_x': cannot write beside it in "
         "'/proc' (No such file or directory)\n"
     )
 
@@ -372,6 +372,6 @@ def test_a_language_model_checkpoint_holding_nan_is_not_averaged(tmp_path):
     train(config, run, progress=False)
     poisoned = step_checkpoints(run)[-1]
     name, _ = _nan_into(poisoned)
-    with pytest.raises(ValueError, match=r"holds NaN or inf; these weights cannot be averaged"):
+    with pytest.raises(ValueError, match=r"holds NaN or inf; these weights cannot be used"):
         average_checkpoints(step_checkpoints(run), tmp_path / "avg")
     assert not (tmp_path / "avg").exists()

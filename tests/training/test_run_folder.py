@@ -180,20 +180,23 @@ def test_a_run_killed_after_its_first_best_keeps_it(tmp_path):
     before = snapshot(folder)
     with pytest.raises(
         RunFolderError,
-        match=r"holds a run that stopped before its first `last` checkpoint.*after saving "
-        r".*best'.*Move that folder out to keep it",
+        match=r"holds a run without a `last` checkpoint, the only one a run resumes from, but "
+        r"with best: a new run there would replace them\. Move them out to keep them",
     ):
         RunFolder(folder).open_new()
     assert snapshot(folder) == before
 
 
-def test_resume_given_a_checkpoint_folder_names_its_run(tmp_path, capsys):
+def test_resume_given_a_checkpoint_folder_names_its_run(tmp_path, capsys, monkeypatch):
     folder = tmp_path / "run"
     train(fast_config("optim.max_steps=1"), folder, progress=False)
     assert main(["train", "--resume", str(folder / "last"), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "this is a checkpoint folder, not a run folder; resume its run with " in err
     assert f"`attnkit train --resume {folder}`" in err
+    monkeypatch.chdir(folder / "last")  # from inside the checkpoint: the run is ..
+    assert main(["train", "--resume", ".", "--no-progress"]) == 2
+    assert "resume its run with `attnkit train --resume ..`" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("exists", [False, True])

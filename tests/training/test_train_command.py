@@ -300,8 +300,12 @@ def _other_vocabulary(folder) -> None:
 @pytest.mark.parametrize(
     "sets, named",
     [
-        (["model.d_model=64"], "model.d_model = 64 (the run has 32)"),
-        ([], "its tokenizer.json is not the run's"),
+        (
+            ["model.d_model=64"],
+            "model.d_model = 64 (the run has 32) in {run}/last/config.json against the run's "
+            "{run}/config.toml",
+        ),
+        ([], "its {run}/last/tokenizer.json is not the run's {run}/tokenizer.json"),
     ],
 )
 def test_a_last_checkpoint_of_another_run_is_not_resumed(run_copy, tmp_path, capsys, sets, named):
@@ -313,7 +317,8 @@ def test_a_last_checkpoint_of_another_run_is_not_resumed(run_copy, tmp_path, cap
     before = _swap_last(run_copy, other)
     assert resume(run_copy, "--max-steps", "4") == 2
     err = capsys.readouterr().err
-    assert f"its `last` checkpoint {str(run_copy / 'last')!r} is not this run's: {named}" in err
+    named = named.format(run=run_copy)
+    assert f"its `last` checkpoint {str(run_copy / 'last')!r} is not this run's: {named}; " in err
     assert "nothing was trained" in err
     assert snapshot(run_copy) == before
 
@@ -340,3 +345,18 @@ def test_a_resume_state_of_another_step_is_not_resumed(run_copy, tmp_path, capsy
     after = snapshot(run_copy)
     assert after.pop("train.log") != before.pop("train.log")  # the attempt is logged
     assert after == before
+
+
+def test_the_runs_own_last_resumes_whatever_the_files_leave_implicit(run_copy):
+    """What the check of `last` against the run must not refuse: a tokenizer.json written in
+    another layout (another tokenizers version), and a run saved before data.clean_sources
+    existed (neither file names it; both read it as false)."""
+    path = run_copy / "tokenizer.json"
+    path.write_text(json.dumps(json.loads(path.read_text()), sort_keys=True))
+    for file in (run_copy / "config.toml", run_copy / "last" / "config.json"):
+        text = file.read_text()
+        kept = [line for line in text.splitlines(keepends=True) if "clean_sources" not in line]
+        assert len(kept) == len(text.splitlines()) - 1
+        file.write_text("".join(kept))
+    assert resume(run_copy, "--max-steps", "3") == 0
+    assert state(run_copy)["step"] == 3

@@ -114,6 +114,16 @@ def test_a_resume_between_records_logs_the_loss_of_a_run_never_stopped(tmp_path)
 
     assert [step for step, _ in losses(tmp_path / "full")] == [4, 8, 12]
     assert losses(tmp_path / "full") == losses(tmp_path / "part")
+    # Carried once: a second fit of the resumed trainer does not carry the old sums again.
+    trainer = Trainer(fast_config("optim.max_steps=6", *extra), tmp_path / "again", progress=False)
+    trainer.fit()
+    resumed = Trainer(
+        fast_config("optim.max_steps=12", *extra), tmp_path / "again", resume=True, progress=False
+    )
+    resumed.fit()
+    resumed.fit()  # nothing left to train: saves `last` again
+    pending = json.loads((tmp_path / "again" / "last" / "state.json").read_text())
+    assert pending["train_loss_pending"] == {"loss_sum": 0.0, "tokens": 0}
 
 
 def test_run_folder_contents_and_best_checkpoint(tmp_path):

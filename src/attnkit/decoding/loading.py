@@ -204,11 +204,7 @@ def load_translation_model(
             f"tgt_vocab_size={config.tgt_vocab_size} in {folder / mf.CONFIG_FILE}"
         )
     state = mf.read_weights(folder)
-    mf.check_finite(
-        state,
-        folder / mf.WEIGHTS_FILE,
-        use="these weights cannot be used (a run that diverged, or a damaged file)",
-    )
+    mf.check_finite(state, folder / mf.WEIGHTS_FILE, use=mf.USE_NONFINITE)
     model = Transformer(config)
     mf.load_state_dict_into(
         model,

@@ -262,7 +262,9 @@ class GPTCache:
                 if isinstance(index, Tensor)
                 else type(index).__name__
             )
-            raise ValueError(f"index: expected a 1-D int64 tensor of rows of the cache, got {got}")
+            raise ValueError(
+                f"index: expected a 1-D int64 or int32 tensor of rows of the cache, got {got}"
+            )
         if index.numel() and not 0 <= int(index.min()) <= int(index.max()) < rows:
             raise ValueError(
                 f"index: rows {int(index.min())} to {int(index.max())} given, but the cache "

@@ -268,7 +268,9 @@ def load_folder(
     config_path = folder / mf.CONFIG_FILE
     config = read_config(raw, source=config_path)
     weights = mf.weights_path(folder)  # refuses pickled weights, saying how to convert
-    state = read_state(mf.read_weights(weights), config, source=weights)
+    stored = mf.read_weights(weights)
+    mf.check_finite(stored, weights, use=mf.USE_NONFINITE)
+    state = read_state(stored, config, source=weights)
 
     tokenizer = None
     if (folder / mf.TOKENIZER_FILE).is_file():

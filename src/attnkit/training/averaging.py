@@ -26,7 +26,7 @@ import torch
 from attnkit import model_folder as mf
 from attnkit.files import check_folder_target
 from attnkit.training import checkpoint as ckpt
-from attnkit.training.run_folder import check_run_folder
+from attnkit.training.run_folder import check_run_folder, run_of_checkpoint
 
 STEPS_DIR = "steps"
 AVERAGED_KEY = "averaged"  # state.json key listing the averaged checkpoints
@@ -127,7 +127,6 @@ def average_checkpoints(
     folders = [Path(f) for f in folders]
     check_output(out, folders, run)
     model, tokenizer, config = ckpt.load_model(folders[-1])
-    _check_finite(model, folders[-1])
     total = {name: t.double() for name, t in model.state_dict().items()}
     for folder in folders[:-1]:
         other, _, other_config = ckpt.load_model(folder)
@@ -135,7 +134,6 @@ def average_checkpoints(
             raise ValueError(
                 f"{os.fspath(folder)!r}: model config differs from {os.fspath(folders[-1])!r}"
             )
-        _check_finite(other, folder)
         for name, t in other.state_dict().items():
             total[name] += t.double()
     with torch.no_grad():
@@ -145,19 +143,12 @@ def average_checkpoints(
     state[AVERAGED_KEY] = [os.fspath(f) for f in folders]
     try:
         return ckpt.save_checkpoint(
-            out, model=model, config=config, tokenizer=tokenizer, state=state
+            out, model=model, config=config, tokenizer=tokenizer, state=state, what="--out"
         )
     except OSError as err:  # e.g. a full disk: name the output, which stays as it was
         if err.filename is None and err.errno is not None:
             raise OSError(err.errno, err.strerror, os.fspath(out)) from err
         raise
-
-
-def _check_finite(model: torch.nn.Module, folder: Path) -> None:
-    """A checkpoint holding NaN or inf would make the average NaN: refused, naming it."""
-    mf.check_finite(
-        model.state_dict(), mf.weights_path(folder), use="these weights cannot be averaged"
-    )
 
 
 def average_run(
@@ -179,10 +170,9 @@ def average_run(
     check_run_folder(run, "run")
     found = step_checkpoints(run)
     if not found and (run / mf.STATE_FILE).is_file():  # RUN/last, RUN/best, a kept step
-        owner = run.parent.parent if run.parent.name == STEPS_DIR else run.parent
         raise ValueError(
             f"{os.fspath(run)}: a checkpoint folder, not a run folder; average the run's kept "
-            f"checkpoints with `attnkit average {os.fspath(owner)}`"
+            f"checkpoints with `attnkit average {os.fspath(run_of_checkpoint(run))}`"
         )
     if not found:
         raise ValueError(

@@ -39,7 +39,7 @@ from attnkit.decoding.loading import load_translation_model, write_translation_f
 from attnkit.models import gpt_hf
 from attnkit.models.gpt import GPT
 from attnkit.models.transformer import Transformer
-from attnkit.training.config import TrainConfig
+from attnkit.training.config import TrainConfig, with_saved_defaults
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +81,7 @@ def save_checkpoint(
     tokenizer: Any,
     state: dict[str, Any],
     resume: dict[str, Any] | None = None,
+    what: str = "checkpoint folder",
 ) -> Path:
     """Writes a checkpoint folder atomically (see the module docstring).
 
@@ -91,6 +92,7 @@ def save_checkpoint(
         tokenizer: The tokenizer (a SubwordTokenizer, or a GPTTokenizer for a GPT).
         state: JSON-serialisable run position and metrics (``state.json``).
         resume: Optimizer/scheduler/RNG states for an exact resume (``resume.pt``).
+        what: What the errors call ``folder`` (the option it was given by, e.g. ``--out``).
 
     Returns:
         The folder path.
@@ -101,7 +103,7 @@ def save_checkpoint(
             previous checkpoint there is left as it was.
     """
     folder = Path(folder)
-    with mf.atomic_folder(folder, what="checkpoint folder") as tmp:
+    with mf.atomic_folder(folder, what=what) as tmp:
         write_model_files(tmp, model, config, tokenizer)
         mf.write_json(tmp / mf.STATE_FILE, state)
         if resume is not None:
@@ -162,12 +164,8 @@ def read_train_config(folder: str | os.PathLike[str]) -> TrainConfig:
                 f"checkpoint (no {TRAIN_CONFIG_KEY!r} object)"
             )
         raw = train
-    data = raw.get("data")
-    if raw.get("task", "translation") == "translation" and isinstance(data, dict):
-        # saved before training cleaned its sources: it trained on them as written
-        raw = {**raw, "data": {"clean_sources": False, **data}}
     try:
-        return TrainConfig.from_dict(raw, allow_tokenizer_keys=True)
+        return TrainConfig.from_dict(with_saved_defaults(raw), allow_tokenizer_keys=True)
     except (TypeError, ValueError) as err:
         raise ValueError(f"{folder / mf.CONFIG_FILE}: bad training config: {err}") from None
 

@@ -388,17 +388,7 @@ class TrainConfig:
         """
         path = Path(path)
         name = f"config file {os.fspath(path)!r}"
-        if not path.exists():
-            raise FileNotFoundError(f"{name} does not exist")
-        if path.is_dir():
-            raise ValueError(f"{name} is a directory, not a TOML config file")
-        if not path.is_file():
-            raise ValueError(f"{name} is not a regular file, expected a TOML config file")
-        text = decode_utf8(path.read_bytes(), name)
-        try:
-            raw = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as err:
-            raise ValueError(f"{name} is not valid TOML: {err}") from None
+        raw = read_toml(path)
         if not raw:  # every setting a default: the full Multi30k recipe, likely by mistake
             raise ValueError(
                 f"{name} holds no settings (it is empty, or only comments); start from a "
@@ -445,6 +435,39 @@ class TrainConfig:
                 lines.append(f"{key} = {_toml_value(value)}")
             lines.append("")
         return "\n".join(lines)
+
+
+def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The settings of a TOML config file, as a dict.
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist.
+        ValueError: If ``path`` is a directory or another non-file, is not UTF-8 (naming the
+            line and byte offset), or on TOML syntax errors.
+    """
+    path = Path(path)
+    name = f"config file {os.fspath(path)!r}"
+    if not path.exists():
+        raise FileNotFoundError(f"{name} does not exist")
+    if path.is_dir():
+        raise ValueError(f"{name} is a directory, not a TOML config file")
+    if not path.is_file():
+        raise ValueError(f"{name} is not a regular file, expected a TOML config file")
+    text = decode_utf8(path.read_bytes(), name)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{name} is not valid TOML: {err}") from None
+
+
+def with_saved_defaults(raw: dict[str, Any]) -> dict[str, Any]:
+    """A config a run saved, with the keys added since it was saved at the values that run
+    used: ``data.clean_sources`` false (a translation run saved before training cleaned its
+    sources trained on them as written)."""
+    data = raw.get("data")
+    if raw.get("task", "translation") == "translation" and isinstance(data, dict):
+        return {**raw, "data": {"clean_sources": False, **data}}
+    return raw
 
 
 def check_resume(saved: TrainConfig, new: TrainConfig, saved_file: str | os.PathLike[str]) -> None:

@@ -64,6 +64,9 @@ LOG_FILE = "train.log"  # the run's log messages
 RUN_FILES = frozenset({RUN_CONFIG_FILE, METRICS_FILE, LOG_FILE, TOKENIZER_FILE, LOCK_FILE})
 # The partial checkpoint a run killed while writing its first one leaves: never loaded.
 _PARTIAL_CHECKPOINT = re.compile(rf"({'|'.join(RUN_MODELS)})\.tmp-\d+")
+# What a run saves beside its run files: checkpoints (and their kill-time versions) and the
+# kept steps.
+_RUN_OUTPUT = re.compile(rf"({'|'.join(RUN_MODELS)}|steps)(\.(tmp|old)-\d+)?")
 
 
 class RunFolderError(ValueError):
@@ -81,6 +84,15 @@ def check_run_folder(path: str | os.PathLike[str], what: str) -> None:
         )
     if not path.is_dir():
         raise RunFolderError(f"{what} {os.fspath(path)!r}: is a file, expected a run folder")
+
+
+def run_of_checkpoint(checkpoint: str | os.PathLike[str]) -> Path:
+    """The run folder that holds a checkpoint folder (``RUN/last``, ``RUN/best``,
+    ``RUN/steps/step_N``), relative to the working folder when ``checkpoint`` is (``.`` inside
+    ``RUN/last`` gives ``..``)."""
+    absolute = Path(os.path.abspath(checkpoint))
+    run = absolute.parent.parent if absolute.parent.name == "steps" else absolute.parent
+    return run if Path(checkpoint).is_absolute() else Path(os.path.relpath(run))
 
 
 def _refusal(folder: Path) -> str | None:
@@ -227,10 +239,9 @@ class RunFolder:
                 f"{again}"
             )
         if (self.path / _STATE_FILE).is_file():  # a checkpoint folder, e.g. RUN/last
-            run = self.path.parent.parent if self.path.parent.name == "steps" else self.path.parent
             return (
                 f"--resume {path!r}: this is a checkpoint folder, not a run folder; resume its "
-                f"run with `attnkit train --resume {os.fspath(run)}`"
+                f"run with `attnkit train --resume {os.fspath(run_of_checkpoint(self.path))}`"
             )
         return f"--resume {path!r}: no `last` checkpoint in that folder"
 
@@ -412,21 +423,22 @@ class RunFolder:
                 self.unlock()
             logger.info("%s holds a run without checkpoint: starting over in it", path)
             return
-        best = find_checkpoint(path / "best")
-        if self._is_ours() and best is not None and set(entries) - {"best"} <= self._run_entries():
+        if self._is_ours():  # a run's lock file: a run without `last`, with more than its files
+            written = self._run_entries()
+            outputs = [e for e in entries if e not in written and _RUN_OUTPUT.fullmatch(e)]
+            foreign = [e for e in entries if e not in written and e not in outputs]
+            if foreign:
+                shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+                raise RunFolderError(
+                    f"--out {os.fspath(path)!r} holds an attnkit run without a `last` checkpoint "
+                    f"to resume, and also {shown}, which a run does not write there; choose a "
+                    "new or empty folder. Nothing in it was changed"
+                )
             raise RunFolderError(
-                f"--out {os.fspath(path)!r} holds a run that stopped before its first `last` "
-                f"checkpoint, the only one a run resumes from, but after saving {os.fspath(best)!r}"
-                ": a new run there would replace it. Move that folder out to keep it (a model to "
-                "translate or evaluate with), or choose a new folder. Nothing in it was changed"
-            )
-        if self._is_ours():  # a run's lock file, beside what a run does not write
-            other = [e for e in entries if e not in self._run_entries()]
-            shown = ", ".join(other[:5]) + (", ..." if len(other) > 5 else "")
-            raise RunFolderError(
-                f"--out {os.fspath(path)!r} holds an attnkit run without a `last` checkpoint to "
-                f"resume, and also {shown}, which a run does not write there; choose a new or "
-                "empty folder. Nothing in it was changed"
+                f"--out {os.fspath(path)!r} holds a run without a `last` checkpoint, the only "
+                f"one a run resumes from, but with {', '.join(outputs)}: a new run there would "
+                "replace them. Move them out to keep them (models to translate or evaluate "
+                "with), or choose a new folder. Nothing in it was changed"
             )
         shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
         raise RunFolderError(

@@ -60,7 +60,13 @@ from attnkit.files import write_text
 from attnkit.training import checkpoint as ckpt
 from attnkit.training.averaging import STEPS_DIR, step_checkpoints
 from attnkit.training.budget import Budget, Clock, RunClock
-from attnkit.training.config import TrainConfig, check_resume, run_conflicts
+from attnkit.training.config import (
+    TrainConfig,
+    check_resume,
+    read_toml,
+    run_conflicts,
+    with_saved_defaults,
+)
 from attnkit.training.cosine_schedule import build_lr_scheduler, needs_progress
 from attnkit.training.distributed import (
     DistInfo,
@@ -94,6 +100,20 @@ logger = logging.getLogger(__name__)
 
 # state.json key: the training loss summed since the last record (TrainMeter.pending).
 PENDING_LOSS_KEY = "train_loss_pending"
+
+
+def _same_tokenizer(a: Path, b: Path) -> bool:
+    """Whether two ``tokenizer.json`` files hold the same tokenizer, as the tokenizers library
+    reads and writes it (not byte for byte: another version may write a file differently).
+    True when either is missing or unreadable: the task's loading names that."""
+    from tokenizers import Tokenizer
+
+    try:
+        return (
+            Tokenizer.from_file(os.fspath(a)).to_str() == Tokenizer.from_file(os.fspath(b)).to_str()
+        )
+    except Exception:  # tokenizers raises a bare Exception for a missing or damaged file
+        return True
 
 
 class DivergedError(ValueError):
@@ -262,26 +282,28 @@ class Trainer:
         not change, and its tokenizer against the run's. Resuming from it would rewrite the
         run's config and replace its ``best`` and kept checkpoints with another model's."""
         run_file = self.out_dir / RUN_CONFIG_FILE
-        try:
-            run = TrainConfig.from_toml(run_file)
+        try:  # keys added since the run began at the values it used, as its checkpoints'
+            run = TrainConfig.from_dict(
+                with_saved_defaults(read_toml(run_file)), allow_tokenizer_keys=True
+            )
         except (OSError, ValueError) as err:  # rewritten by the resume: not a reason to stop
             logger.warning("could not check `last` against %s: %s", run_file, err)
             return
-        lines = run_conflicts(run, saved)
+        why = []
+        conflicts = run_conflicts(run, saved)
+        if conflicts:
+            why.append(
+                f"{'; '.join(conflicts)} in {os.fspath(last / mf.CONFIG_FILE)} against the "
+                f"run's {os.fspath(run_file)}"
+            )
         mine, its = self.out_dir / mf.TOKENIZER_FILE, last / mf.TOKENIZER_FILE
-        if not lines and mine.is_file() and its.is_file():
-            try:
-                same = mf.read_json(mine) == mf.read_json(its)
-            except ValueError:  # unreadable: the task's loading names it
-                same = True
-            if not same:
-                lines.append(f"its {mf.TOKENIZER_FILE} is not the run's ({os.fspath(mine)})")
-        if lines:
+        if not conflicts and not _same_tokenizer(mine, its):
+            why.append(f"its {os.fspath(its)} is not the run's {os.fspath(mine)}")
+        if why:
             raise RunFolderError(
                 f"--resume {os.fspath(self.out_dir)!r}: its `last` checkpoint {os.fspath(last)!r} "
-                f"is not this run's: {'; '.join(lines)} in {os.fspath(last / mf.CONFIG_FILE)} "
-                f"against the run's {os.fspath(run_file)}; nothing was trained. Put the run's "
-                "own `last` back, or train that checkpoint's model in a new folder"
+                f"is not this run's: {'; '.join(why)}; nothing was trained. Put the run's own "
+                "`last` back, or train that checkpoint's model in a new folder"
             )
 
     def _setup(self, info: DistInfo, threads: int, resume_from: Path | None) -> None:
@@ -731,6 +753,7 @@ class Trainer:
         self._meter = TrainMeter(self.clock)
         self._meter.lr = self.optimizer.param_groups[0]["lr"]
         self._meter.carry(self._pending, info)  # a resume's steps since its last record
+        self._pending = None  # once: a second fit() goes on from its own meter
         batches = self.task.train_batches(self.position)
         bar = tqdm(
             total=self.budget.total_steps(),
