@@ -89,3 +89,23 @@ def test_bad_input(call, message):
     with pytest.raises(ValueError) as err:
         call()
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("draw", ["heatmap", "head_grid"])
+def test_a_long_text_makes_an_image_viewers_open(tmp_path, caplog, draw):
+    """600 tokens and 12 heads made a 31,080 x 23,172-pixel PNG in 85 s, which Pillow refuses
+    to open (DecompressionBombError): drawn at most 50 inches (7,500 pixels) on a side."""
+    from PIL import Image
+
+    from attnkit.viz.plots import MAX_INCHES
+
+    tokens = [f"w{i}" for i in range(300)]  # unshrunk: 200-350 million pixels
+    out = tmp_path / "long.png"
+    if draw == "heatmap":
+        heatmap(torch.rand(300, 300).softmax(-1), tokens, tokens, out=out)
+    else:
+        head_grid(torch.rand(4, 300, 300).softmax(-1), tokens, tokens, out=out)
+    with Image.open(out) as image:  # raises on an image over Pillow's limit
+        width, height = image.size
+    assert max(width, height) <= MAX_INCHES * 150 * 1.05  # the tight box may add a margin
+    assert "drawn at 50 x" in caplog.text

@@ -17,6 +17,7 @@ Colours run from white (0) to dark blue (the largest weight shown), with a colou
 from __future__ import annotations
 
 import io
+import logging
 import math
 import os
 from collections.abc import Sequence
@@ -34,10 +35,16 @@ Rectangle = require("matplotlib.patches", extra="plot", feature="attnkit.viz.plo
 
 __all__ = ["alignment", "head_grid", "heatmap"]
 
+logger = logging.getLogger(__name__)
+
 CMAP = "Blues"
 CELL = 0.32  # inches per token on each axis
 BEST = "#e67e22"  # outlines: a highlighted row, each target row's most-attended source token
 ANNOTATE_MAX = 12  # print the values in the cells when both axes have at most this many tokens
+# The longest side of a figure, in inches: 7,500 pixels at the 150 dpi images are saved with,
+# under the 89-million-pixel size image libraries refuse to open (Pillow's decompression-bomb
+# limit). A longer text is drawn smaller, with smaller labels.
+MAX_INCHES = 50.0
 
 
 def _as_matrix(weights, name: str, dims: int) -> Tensor:
@@ -92,9 +99,30 @@ def _vmax(w: Tensor) -> float:
     return top if top > 0 else 1.0
 
 
+def _fit(fig: Figure) -> None:
+    """Shrinks a figure longer than :data:`MAX_INCHES` on a side to that size, its tick labels
+    with it, saying so: a text of hundreds of tokens would otherwise make an image of hundreds
+    of millions of pixels that viewers refuse to open."""
+    width, height = fig.get_size_inches()
+    scale = MAX_INCHES / max(width, height)
+    if scale >= 1:
+        return
+    fig.set_size_inches(width * scale, height * scale)
+    size = max(1.0, 10 * scale)
+    for ax in fig.axes:
+        ax.tick_params(labelsize=size)
+    logger.warning(
+        "the figure would be %.0f x %.0f inches; drawn at %.0f x %.0f with %.1f-point labels "
+        "(draw one head, or write .html, to read every token)",
+        width, height, width * scale, height * scale, size,
+    )  # fmt: skip
+
+
 def _save(fig: Figure, out: str | os.PathLike[str] | None) -> Figure:
     """Saves ``fig`` to ``out`` whole or not at all (rendered in memory, then written by
-    :func:`~attnkit.files.write_file`: temporary file, fsync, rename)."""
+    :func:`~attnkit.files.write_file`: temporary file, fsync, rename), at most
+    :data:`MAX_INCHES` on a side (:func:`_fit`)."""
+    _fit(fig)
     if out is not None:
         name = os.fspath(out)
         fmt = os.path.splitext(name)[1][1:].lower()
