@@ -783,7 +783,8 @@ def check_output_file(
 ) -> None:
     """The rule for every file a command writes where the user says (``translate --output``,
     ``attention --out``, ``walkthrough --plot``): never inside ``model``, the model folder the
-    command reads (of any kind: its files are inputs too), nor inside a folder
+    command reads (of any kind: its files are inputs too; a folder without ``config.json`` is
+    none, and the command's loading says so), nor inside a folder
     :func:`check_outside_models` guards (a model folder attnkit wrote, such as a run's
     ``best`` or ``last``, or a run's kept checkpoints). A file there would change the model,
     or stop its run from resuming or saving it. Symbolic links are followed.
@@ -792,7 +793,8 @@ def check_output_file(
         ValueError: Naming ``flag``, ``path`` and the folder.
     """
     given = os.fspath(path)
-    if model is not None:
+    # Not a model folder (no config.json): loading it fails, and that error is the one to give.
+    if model is not None and (Path(model) / CONFIG_FILE).is_file():
         folder = Path(os.path.realpath(model))
         if folder in Path(os.path.realpath(path)).parents:
             raise ValueError(

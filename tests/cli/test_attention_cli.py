@@ -166,6 +166,16 @@ def test_model_folder_errors(tmp_path, capsys):
     assert "not a folder" in capsys.readouterr().err
 
 
+def test_a_folder_that_is_no_model_is_named_so_even_with_out_inside(tmp_path, capsys):
+    """Before: "--out: 'z.html' is inside the model folder ...; writing there would change the
+    model", for a folder that holds no model."""
+    out = tmp_path / "z.html"
+    assert main(["attention", "--model", str(tmp_path), "Ein Mann", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "config.json: missing; expected a model config.json" in err, err
+    assert "inside the model folder" not in err and not out.exists()
+
+
 def test_no_model_and_nothing_shipped(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(loading, "shipped_model_dir", lambda: tmp_path / "multi30k_de_en")
     assert main(["attention", SENTENCE, "--out", str(tmp_path / "a.html")]) == 2
