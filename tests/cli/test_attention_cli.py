@@ -108,7 +108,10 @@ def test_bert_errors(bert_dir, tmp_path, capsys, extra, message):
             ["--out", "x.png", "--layer", "2"],
             "error: --layer: expected 0 <= layer <= 1 (2 cross layers)",
         ),
-        (["--out", "x.png", "--head", "4"], "error: --head: expected 0 <= head <= 3 (4 heads)"),
+        (
+            ["--out", "x.png", "--head", "4"],
+            "error: --head: expected 0 <= head <= 3 (4 heads), 'mean', or 'all', got 4",
+        ),
         (["--out", "x.png", "--beam", "1025"], "--beam: expected at most 1024, got 1025"),
         (
             ["--out", "missing/x.png"],
@@ -116,6 +119,8 @@ def test_bert_errors(bert_dir, tmp_path, capsys, extra, message):
         ),
         (["--out", "."], "--out: expected a file ending in .html or .png"),
         (["--out", "d.png"], "--out: 'd.png' is a directory, expected a file name"),
+        # before: drew a lone </s> row, status 0
+        (["--out", "x.png", "--target", " "], "--target: expected a translation to follow"),
     ],
 )
 def test_bad_arguments(model_dir, tmp_path, monkeypatch, capsys, extra, message):

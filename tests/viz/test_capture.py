@@ -293,3 +293,9 @@ def test_detect_model_type(translation_dir, tmp_path):
     (tmp_path / "config.json").write_text("{", encoding="utf-8")
     with pytest.raises(ValueError, match="not a valid JSON file"):
         detect_model_type(tmp_path)
+
+
+def test_capture_translation_names_a_missing_tokenizer(translation):
+    """Before: AttributeError: 'NoneType' object has no attribute 'encode'."""
+    with pytest.raises(TypeError, match=r"^tokenizer: expected the translation model's tokenizer"):
+        capture_translation(translation[0], None, "Ein Mann")

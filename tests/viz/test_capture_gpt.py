@@ -53,6 +53,23 @@ def test_labels_are_the_tokens(pair):
     assert maps.kind_label("encoder") == "GPT causal self-attention"
 
 
+def test_the_viewer_page_of_a_gpt_is_titled_so(pair):
+    """render_html titled a GPT's page "Translation attention"."""
+    from attnkit.viz import render_html
+
+    page = render_html(capture_gpt(pair[1], None, "the quick brown fox"))
+    assert "<title>GPT attention</title>" in page
+    assert json.loads(DATA.search(page).group(1))["title"] == "GPT attention"
+
+
+def test_select_names_a_bad_layer_or_head_as_the_api_takes_it(pair):
+    maps = capture_gpt(pair[1], None, "the quick brown fox")
+    with pytest.raises(ValueError, match=r"^layer: expected 0 <= layer <= 1 .*got True$"):
+        maps.select("encoder", True)  # a bool is no layer number (it was layer 1)
+    with pytest.raises(ValueError, match=r"'mean', or None for all heads, got 4$"):
+        maps.select("encoder", 0, 4)
+
+
 def test_bad_text(pair):
     with pytest.raises(ValueError, match="text"):
         capture_gpt(pair[1], None, "  ")

@@ -83,6 +83,8 @@ def test_alignment(tmp_path, translation_maps):
         (lambda: heatmap(torch.ones(2, 3, 3), ["a"] * 3, ["b"] * 3), "(T_q, T_k)"),
         (lambda: head_grid(torch.ones(3, 3), ["a"] * 3, ["b"] * 3), "(H, T_q, T_k)"),
         (lambda: heatmap(torch.ones(2, 2), ["a"] * 2, ["b"] * 2, highlight_row=2), "highlight_row"),
+        # before: "ncols: expected >= 1, got 0", though no ncols was given
+        (lambda: head_grid(torch.ones(0, 2, 2), ["a"] * 2, ["b"] * 2), "at least one head"),
     ],
 )
 def test_bad_input(call, message):

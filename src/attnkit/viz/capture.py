@@ -116,7 +116,7 @@ class AttentionMaps:
             ValueError: naming the valid range when ``layer`` or ``head`` is out of it.
         """
         layers = self.layers(kind)
-        if not isinstance(layer, int) or not 0 <= layer < len(layers):
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < len(layers):
             raise ValueError(
                 f"layer: expected 0 <= layer <= {len(layers) - 1} ({len(layers)} {kind} "
                 f"layers), got {layer!r}"
@@ -129,8 +129,8 @@ class AttentionMaps:
         n = weights.shape[0]
         if not isinstance(head, int) or isinstance(head, bool) or not 0 <= head < n:
             raise ValueError(
-                f"head: expected 0 <= head <= {n - 1} ({n} heads), 'mean' or None (all), "
-                f"got {head!r}"
+                f"head: expected 0 <= head <= {n - 1} ({n} heads), 'mean', or None for all "
+                f"heads, got {head!r}"
             )
         return weights[head]
 
@@ -222,6 +222,13 @@ def capture_translation(
     """
     from attnkit.decoding.generate import DecodingConfig, generate
 
+    if (
+        tokenizer is None
+    ):  # capture_gpt takes None for the model's own; a translation model has none
+        raise TypeError(
+            "tokenizer: expected the translation model's tokenizer, got None (load both with "
+            "load_translation_model(FOLDER))"
+        )
     check_tokenizer(
         tokenizer,
         instead="the model folder's, read with SubwordTokenizer.load('FOLDER/tokenizer.json') "

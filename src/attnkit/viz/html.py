@@ -60,6 +60,10 @@ def _kind_data(maps: AttentionMaps, kind: str) -> dict:
     }
 
 
+# The page title of each model type captured (render_html's default).
+_TITLES = {"bert": "BERT attention", "gpt": "GPT attention", "translation": "Translation attention"}
+
+
 def render_html(
     maps: AttentionMaps,
     *,
@@ -71,8 +75,10 @@ def render_html(
     """The viewer page for ``maps``.
 
     Args:
-        maps: a capture (:func:`~attnkit.viz.capture.capture_translation` or ``capture_bert``).
-        title: page title (default: "BERT attention" or "Translation attention"); the
+        maps: a capture (:func:`~attnkit.viz.capture.capture_translation`, ``capture_bert``
+            or ``capture_gpt``).
+        title: page title (default: "BERT attention", "GPT attention" or "Translation
+            attention", by the model captured); the
             text (and its translation) is the subtitle.
         kind, layer, head: the view shown first (default: the first kind, its last layer,
             head 0); ``head`` may be ``"mean"``.
@@ -90,7 +96,7 @@ def render_html(
     layer = maps.num_layers(kind) - 1 if layer is None else layer
     maps.select(kind, layer, head)  # validates all three, naming the valid ranges
     if title is None:
-        title = "BERT attention" if maps.model_type == "bert" else "Translation attention"
+        title = _TITLES[maps.model_type]
     subtitle = maps.source if maps.target is None else f"{maps.source} \u2192 {maps.target}"
     data = {
         "title": title,
@@ -110,5 +116,15 @@ def write_html(maps: AttentionMaps, out: str | os.PathLike[str], **kwargs) -> Pa
     """Write :func:`render_html` (same keyword arguments) to ``out``; returns the path.
 
     The page is written whole or not at all (:func:`~attnkit.files.write_file`: a
-    temporary file, fsync, rename), so a full disk leaves an earlier page as it was."""
+    temporary file, fsync, rename), so a full disk leaves an earlier page as it was.
+
+    Raises:
+        ValueError: for ``out`` not ending in ``.html`` or ``.htm`` (an HTML page under an
+            image's name opens in no image viewer; images are :mod:`attnkit.viz.plots`').
+    """
+    if os.path.splitext(os.fspath(out))[1].lower() not in (".html", ".htm"):
+        raise ValueError(
+            f"out: expected a file ending in .html, got {os.fspath(out)!r} (images: "
+            "attnkit.viz.heatmap, head_grid, alignment)"
+        )
     return write_file(out, render_html(maps, **kwargs))

@@ -203,6 +203,8 @@ def head_grid(
     w = _as_matrix(weights, "weights", 3)
     _check_tokens(w, row_tokens, col_tokens)
     heads = w.shape[0]
+    if heads == 0:
+        raise ValueError(f"weights: expected at least one head, got shape {tuple(w.shape)}")
     ncols = min(heads, 4, math.ceil(math.sqrt(heads))) if ncols is None else ncols
     if ncols < 1:
         raise ValueError(f"ncols: expected >= 1, got {ncols}")

