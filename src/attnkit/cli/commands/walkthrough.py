@@ -17,6 +17,10 @@ the whole SelfAttention output.
 
 With the defaults it prints the seed's own numbers:
   attnkit walkthrough "The sun rises in the east" --seed 123
+A word that occurs twice ("the cat the dog") keeps one id; the seed's dictionary
+{s: i for i, s in enumerate(sorted(words))} gives it the number of its last copy and leaves a
+gap ("the": 3, no 2): the ids of the repeated word and of the words sorted after it, and so
+their embeddings, differ from the seed's.
 
 --plot FILE.png also draws the whole weight matrix softmax(Q K^T / sqrt(d_k)) as a heatmap
 with the words on both axes; the row of the token followed above is outlined:
