@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from attnkit.cli import main
-from attnkit.training.averaging import average_checkpoints, step_checkpoints
+from attnkit.training.averaging import average_checkpoints, average_run, step_checkpoints
 from attnkit.training.trainer import train
 from tests.helpers.bad_files import poison_weights
 from tests.helpers.training import ROOT, fast_config, subprocess_env
@@ -374,4 +374,34 @@ def test_a_language_model_checkpoint_holding_nan_is_not_averaged(tmp_path):
     name, _ = _nan_into(poisoned)
     with pytest.raises(ValueError, match=r"holds NaN or inf; these weights cannot be used"):
         average_checkpoints(step_checkpoints(run), tmp_path / "avg")
+    assert not (tmp_path / "avg").exists()
+
+
+def test_checkpoints_from_before_and_after_a_dropout_change_are_averaged(run_dir, tmp_path):
+    """A resume may change the dropout; averaging refused the run's kept checkpoints from
+    before and after ("model config differs"), though their weights are alike."""
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    config = fast_config(
+        "optim.max_steps=9",
+        "optim.save_every=2",
+        "optim.keep_checkpoints=3",
+        "optim.eval_every=3",
+        "optim.val_bleu=false",
+        "model.dropout=0.3",
+    )
+    train(config, run, resume=True, progress=False)
+    kept = step_checkpoints(run)
+    assert [p.name for p in kept] == ["step_0000007", "step_0000008", "step_0000009"]
+    out, averaged = average_run(run, last=3)
+    assert averaged == kept and (out / "model.safetensors").is_file()
+
+
+def test_checkpoints_of_other_models_are_not_averaged(run_dir, tmp_path):
+    other = tmp_path / "other"
+    train(fast_config("optim.max_steps=1", "model.d_ff=48"), other, progress=False)
+    with pytest.raises(
+        ValueError, match=r"are not checkpoints of one model: model.d_ff: 48 and 64$"
+    ):
+        average_checkpoints([other / "last", step_checkpoints(run_dir)[-1]], tmp_path / "avg")
     assert not (tmp_path / "avg").exists()

@@ -16,6 +16,7 @@ other files.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Sequence
@@ -26,6 +27,9 @@ import torch
 from attnkit import model_folder as mf
 from attnkit.files import check_folder_target
 from attnkit.training import checkpoint as ckpt
+from attnkit.training.config import TrainConfig
+from attnkit.training.limits import RESUME_FREE_MODEL_KEYS
+from attnkit.training.lm_config import LM_RESUME_FREE_MODEL_KEYS
 from attnkit.training.run_folder import check_run_folder, run_of_checkpoint
 
 STEPS_DIR = "steps"
@@ -99,6 +103,21 @@ def check_output(
             )
 
 
+def _shape_differences(a: TrainConfig, b: TrainConfig) -> list[str]:
+    """What differs between two checkpoints' configs among what makes their weights: the task
+    and every model key but the dropouts (a run resumed with another dropout keeps averaging
+    its checkpoints from before and after), as lines ``"model.d_model: 32 and 64"``."""
+    if a.task != b.task:
+        return [f"task: {a.task!r} and {b.task!r}"]
+    free = LM_RESUME_FREE_MODEL_KEYS if a.task == "lm" else RESUME_FREE_MODEL_KEYS
+    mine, theirs = dataclasses.asdict(a.model), dataclasses.asdict(b.model)
+    return [
+        f"model.{key}: {value!r} and {theirs[key]!r}"
+        for key, value in mine.items()
+        if key not in free and value != theirs[key]
+    ]
+
+
 def average_checkpoints(
     folders: Sequence[str | os.PathLike[str]],
     out: str | os.PathLike[str],
@@ -130,9 +149,11 @@ def average_checkpoints(
     total = {name: t.double() for name, t in model.state_dict().items()}
     for folder in folders[:-1]:
         other, _, other_config = ckpt.load_model(folder)
-        if other_config.model != config.model:
+        differ = _shape_differences(other_config, config)
+        if differ:
             raise ValueError(
-                f"{os.fspath(folder)!r}: model config differs from {os.fspath(folders[-1])!r}"
+                f"{os.fspath(folder)!r} and {os.fspath(folders[-1])!r} are not checkpoints of one "
+                f"model: {'; '.join(differ)}"
             )
         for name, t in other.state_dict().items():
             total[name] += t.double()
