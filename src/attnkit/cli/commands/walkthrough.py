@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
         (f"5. Token {token} ({name!r}): query q = x W_q", _fmt(w.query)),
         ("   key k = x W_k", _fmt(w.key)),
         ("   value v = x W_v", _fmt(w.value)),
-        (f"6. Unnormalised scores omega = q K^T ({t} keys)", _fmt(w.scores)),
+        (f"6. Unnormalised scores omega = q K^T ({t} key{'s' if t != 1 else ''})", _fmt(w.scores)),
         (f"7. Weights softmax(omega / sqrt(d_k)), d_k = {args.d_k}", _fmt(w.weights)),
         (
             f"   highest: {w.weights.max():.{args.precision}f} on token "
