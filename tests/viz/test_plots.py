@@ -111,3 +111,29 @@ def test_a_long_text_makes_an_image_viewers_open(tmp_path, caplog, draw):
         width, height = image.size
     assert max(width, height) <= MAX_INCHES * 150 * 1.05  # the tight box may add a margin
     assert "drawn at 50 x" in caplog.text
+
+
+def test_characters_no_font_has_are_one_warning(tmp_path, caplog):
+    """Chinese labels (the seed notes are Chinese) on a machine without a CJK font: one
+    warning naming the characters and what to install, not matplotlib's one per character."""
+    tokens = ["你好", "世界", "ok"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        heatmap(torch.eye(3), tokens, tokens, out=tmp_path / "zh.png")
+    assert not [w for w in caught if "missing from font" in str(w.message)]
+    from attnkit.viz import plots
+
+    if any(f in plots._sans_serif() for f in plots.CJK_FONTS):  # this machine has one
+        assert "drawn as boxes" not in caplog.text
+    else:
+        assert "4 character(s) of the labels are in no installed font" in caplog.text
+        assert "你 好 世 界" in caplog.text and "fonts-noto-cjk" in caplog.text
+
+
+def test_installed_cjk_fonts_follow_the_default_ones(monkeypatch):
+    from attnkit.viz import plots
+
+    monkeypatch.setattr(plots, "CJK_FONTS", ("No Such Font", "DejaVu Serif"))  # matplotlib's own
+    families = plots._sans_serif()
+    assert families[-1] == "DejaVu Serif" and "No Such Font" not in families
+    assert families[0] == "DejaVu Sans"

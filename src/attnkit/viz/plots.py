@@ -16,10 +16,13 @@ Colours run from white (0) to dark blue (the largest weight shown), with a colou
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import math
 import os
+import re
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -45,6 +48,21 @@ ANNOTATE_MAX = 12  # print the values in the cells when both axes have at most t
 # under the 89-million-pixel size image libraries refuse to open (Pillow's decompression-bomb
 # limit). A longer text is drawn smaller, with smaller labels.
 MAX_INCHES = 50.0
+# Families with Chinese, Japanese and Korean glyphs, tried after matplotlib's own where one is
+# installed (the seed notes are Chinese; matplotlib's DejaVu Sans has no CJK glyph).
+CJK_FONTS = (
+    "Noto Sans CJK SC",
+    "Noto Sans CJK JP",
+    "Noto Sans CJK TC",
+    "Noto Sans CJK KR",
+    "Source Han Sans SC",
+    "WenQuanYi Zen Hei",
+    "WenQuanYi Micro Hei",
+    "Droid Sans Fallback",
+    "Microsoft YaHei",
+    "PingFang SC",
+)
+_MISSING_GLYPH = re.compile(r"Glyph (\d+) .*missing from font")  # matplotlib's warning
 
 
 def _as_matrix(weights, name: str, dims: int) -> Tensor:
@@ -130,11 +148,60 @@ def _save(fig: Figure, out: str | os.PathLike[str] | None) -> Figure:
             fmt = matplotlib.rcParams["savefig.format"]
             name = f"{name}.{fmt}"
         image = io.BytesIO()
-        fig.savefig(image, format=fmt, dpi=150, bbox_inches="tight")
+        _render(fig, image, fmt)
         write_file(name, image.getvalue())
     return fig
 
 
+def _sans_serif() -> list[str]:
+    """The installed ones of matplotlib's sans-serif families, then of :data:`CJK_FONTS`."""
+    installed = {font.name for font in matplotlib.font_manager.fontManager.ttflist}
+    return [f for f in (*matplotlib.rcParams["font.sans-serif"], *CJK_FONTS) if f in installed]
+
+
+def _with_fonts(draw):
+    """Runs ``draw`` with :func:`_sans_serif` as the font family list, so that a character
+    the first font lacks (Chinese in DejaVu Sans) is drawn from the next that has it
+    (matplotlib's font fallback; set before the texts are made, which keep their family)."""
+
+    @functools.wraps(draw)
+    def drawn(*args, **kwargs):
+        font_log = logging.getLogger("matplotlib.font_manager")
+        level = font_log.level
+        font_log.setLevel(logging.ERROR)  # "findfont: Failed to find font weight normal ..."
+        try:
+            with matplotlib.rc_context({"font.family": _sans_serif()}):
+                return draw(*args, **kwargs)
+        finally:
+            font_log.setLevel(level)
+
+    return drawn
+
+
+def _render(fig: Figure, image: io.BytesIO, fmt: str) -> None:
+    """``fig.savefig`` into ``image``; characters no installed font has are told in one
+    warning (they are drawn as boxes), instead of matplotlib's warning a character."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fig.savefig(image, format=fmt, dpi=150, bbox_inches="tight")
+    missing = []
+    for warning in caught:
+        glyph = _MISSING_GLYPH.search(str(warning.message))
+        if glyph is None:
+            warnings.warn_explicit(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
+        elif chr(int(glyph.group(1))) not in missing:
+            missing.append(chr(int(glyph.group(1))))
+    if missing:
+        logger.warning(
+            "%d character(s) of the labels are in no installed font and are drawn as boxes: "
+            "%s; install a font that has them (Chinese: Debian's fonts-noto-cjk), or write .html",
+            len(missing), " ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""),
+        )  # fmt: skip
+
+
+@_with_fonts
 def heatmap(
     weights,
     row_tokens: Sequence[str],
@@ -182,6 +249,7 @@ def heatmap(
     return _save(fig, out)
 
 
+@_with_fonts
 def head_grid(
     weights,
     row_tokens: Sequence[str],
@@ -242,6 +310,7 @@ def head_grid(
     return _save(fig, out)
 
 
+@_with_fonts
 def alignment(
     cross,
     src_tokens: Sequence[str],
