@@ -25,7 +25,14 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import argument_parser, cpu_name, load_average, usable_cores  # noqa: E402
+from machine import (  # noqa: E402
+    argument_parser,
+    cpu_name,
+    load_average,
+    positive_float,
+    positive_int,
+    usable_cores,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DONE = re.compile(r"done: step (\d+)")
@@ -75,8 +82,10 @@ def main() -> None:
         default=ROOT / "configs" / "multi30k_de_en.toml",
         help="training config (default: the shipped translator's)",
     )
-    parser.add_argument("--minutes", type=float, default=2.0, help="budget of each run")
-    parser.add_argument("--rounds", type=int, default=3, help="runs per allocator")
+    parser.add_argument(
+        "--minutes", type=positive_float, default=2.0, help="wall-clock budget of each run"
+    )
+    parser.add_argument("--rounds", type=positive_int, default=3, help="runs per allocator")
     args = parser.parse_args()
     if not sys.platform.startswith("linux"):
         raise SystemExit("the allocator is preloaded on Linux only")

@@ -23,7 +23,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from machine import cpu_name  # noqa: E402  (benchmarks/machine.py)
+from machine import cpu_name, positive_int  # noqa: E402  (benchmarks/machine.py)
 
 import attnkit
 
@@ -170,7 +170,7 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, smaller bf16")
     parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--seq", type=int, default=16384, help=argparse.SUPPRESS)
+    parser.add_argument("--seq", type=positive_int, default=16384, help=argparse.SUPPRESS)
     parser.add_argument("--skip-bf16", action="store_true", help="skip the bfloat16 MHA run")
     args = parser.parse_args()
     if args.child:

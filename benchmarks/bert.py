@@ -27,8 +27,16 @@ import time  # noqa: E402
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from machine import argument_parser, cpu_name  # noqa: E402  (benchmarks/machine.py)
+from machine import (  # noqa: E402  (benchmarks/machine.py)
+    argument_parser,
+    cpu_name,
+    names_from,
+    non_negative_int,
+    positive_int,
+    thread_count,
+)
 
+from attnkit.cli.options import integer  # noqa: E402
 from attnkit.models.bert import BertModel  # noqa: E402
 
 SIZES = {  # Hugging Face BertConfig arguments
@@ -40,6 +48,7 @@ SIZES = {  # Hugging Face BertConfig arguments
     ),
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+MAX_SEQ = transformers.BertConfig().max_position_embeddings  # 512 positions
 
 
 def machine_info() -> str:
@@ -81,21 +90,33 @@ def time_pair(ours, hf, inputs, warmup: int, repeats: int) -> tuple[list[float],
 
 def main() -> None:
     parser = argument_parser(__doc__)
-    parser.add_argument("--sizes", default="base,minilm", help=f"of {list(SIZES)}")
-    parser.add_argument("--dtypes", default="float32,bfloat16", help=f"of {list(DTYPES)}")
-    parser.add_argument("--batch", type=int, default=32, help="sentences per forward pass")
-    parser.add_argument("--seq", type=int, default=128, help="tokens per sentence")
     parser.add_argument(
-        "--warmup", type=int, default=1, help="untimed forward passes per side and setting"
+        "--sizes", type=names_from(SIZES), default="base,minilm",
+        help=f"comma-separated, of {', '.join(SIZES)}",
+    )  # fmt: skip
+    parser.add_argument(
+        "--dtypes", type=names_from(DTYPES), default="float32,bfloat16",
+        help=f"comma-separated, of {', '.join(DTYPES)}",
+    )  # fmt: skip
+    parser.add_argument("--batch", type=positive_int, default=32, help="sentences per forward pass")
+    parser.add_argument(
+        "--seq", type=integer(1, MAX_SEQ), default=128,
+        help=f"tokens per sentence, at most {MAX_SEQ} (BERT's positions)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--warmup",
+        type=non_negative_int,
+        default=1,
+        help="untimed forward passes per side and setting",
     )
     parser.add_argument(
         "--repeats",
-        type=int,
+        type=positive_int,
         default=3,
         help="timed forward passes per side and setting (the median is printed)",
     )
     parser.add_argument("--padded", action="store_true", help="random lengths, with padding")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    parser.add_argument("--threads", type=thread_count, default=None, help="torch.set_num_threads")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -105,8 +126,10 @@ def main() -> None:
         f"batch {args.batch} x {args.seq} tokens ({'padded' if args.padded else 'no padding'}), "
         f"warm-up {args.warmup}, repeats {args.repeats}, times = median (min) seconds per forward"
     )
-    rows = []
-    for size in args.sizes.split(","):
+    print()
+    print("| size | dtype | HF attention | HF s | attnkit s | ratio HF/attnkit | max abs diff |")
+    print("| --- | --- | --- | --- | --- | --- | --- |", flush=True)
+    for size in args.sizes:
         config = transformers.BertConfig(**SIZES[size])
         torch.manual_seed(0)
         with tempfile.TemporaryDirectory() as folder:
@@ -115,23 +138,19 @@ def main() -> None:
             ours = BertModel.from_pretrained(folder).eval()
         inputs = make_inputs(args.batch, args.seq, config.vocab_size, args.padded)
         real = inputs["attention_mask"].bool()
-        for dtype_name in args.dtypes.split(","):
+        for dtype_name in args.dtypes:
             dtype = DTYPES[dtype_name]
             hf, ours = hf.to(dtype), ours.to(dtype)
             with torch.inference_mode():
                 diff = (ours(**inputs).last_hidden_state - hf(**inputs).last_hidden_state)[real]
             t_ours, t_hf = time_pair(ours, hf, inputs, args.warmup, args.repeats)
             m_ours, m_hf = statistics.median(t_ours), statistics.median(t_hf)
-            rows.append(
+            print(
                 f"| {size} | {dtype_name} | {hf.config._attn_implementation} | "
                 f"{m_hf:.3f} ({min(t_hf):.3f}) | {m_ours:.3f} ({min(t_ours):.3f}) | "
-                f"{m_hf / m_ours:.2f}x | {diff.abs().max().item():.1e} |"
+                f"{m_hf / m_ours:.2f}x | {diff.abs().max().item():.1e} |",
+                flush=True,
             )
-            print(rows[-1], flush=True)
-    print()
-    print("| size | dtype | HF attention | HF s | attnkit s | ratio HF/attnkit | max abs diff |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    print("\n".join(rows))
 
 
 if __name__ == "__main__":

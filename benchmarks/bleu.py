@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import sacrebleu
-from machine import argument_parser, cpu_name  # noqa: E402  (benchmarks/machine.py)
+from machine import argument_parser, cpu_name, positive_int  # noqa: E402  (benchmarks/machine.py)
 from sacrebleu.metrics import BLEU
 
 from attnkit.metrics import corpus_bleu
@@ -100,16 +100,19 @@ def main() -> int:
     parser = argument_parser(__doc__)
     parser.add_argument(
         "--lines",
-        type=int,
+        type=positive_int,
         default=100_000,
         help="segments of the Multi30k training English scored as a corpus",
     )
     parser.add_argument(
-        "--repeats", type=int, default=3, help="timed scorings per side (the best is printed)"
+        "--repeats",
+        type=positive_int,
+        default=3,
+        help="timed scorings per side (the best is printed)",
     )
     parser.add_argument(
         "--long-words",
-        type=int,
+        type=positive_int,
         default=20_000,
         help="words of the one long segment of the second test",
     )

@@ -52,7 +52,16 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from machine import argument_parser, cpu_name, isa_caps, load_average, usable_cores  # noqa: E402  (benchmarks/machine.py)
+from machine import (  # noqa: E402  (benchmarks/machine.py)
+    argument_parser,
+    cpu_name,
+    isa_caps,
+    load_average,
+    names_from,
+    positive_int,
+    thread_count,
+    usable_cores,
+)
 
 from attnkit.data import SubwordTokenizer, load_named_corpus  # noqa: E402
 from attnkit.decoding import (  # noqa: E402
@@ -66,6 +75,7 @@ from attnkit.decoding import (  # noqa: E402
 from attnkit.models import Transformer, TransformerConfig  # noqa: E402
 
 PAD, BOS, EOS = 0, 1, 2
+RANDOM_SIDES = ("cached", "recompute", "hf")  # --sides of the random suite
 SIZE = dict(d_model=256, layers=3, heads=8, d_ff=1024, vocab=8000, max_len=256)
 
 
@@ -326,7 +336,7 @@ def ctranslate2_suite(args: argparse.Namespace) -> None:
     from attnkit.export import export_ctranslate2, translate_options
 
     test = load_named_corpus("multi30k", split="test2016", src_lang="de", tgt_lang="en")
-    lines = test.src[: args.limit] if args.limit else test.src
+    lines = test.src[: args.limit]  # None: all
     refs = test.tgt[: len(lines)]
     model, tokenizer, folder = load_translation_model(args.model)
     sides = dict(attnkit_sides(args.model, args.threads, args.beam))
@@ -414,15 +424,25 @@ def main() -> None:
         default="random",
         help="random: cached against recompute and Hugging Face on random weights; ctranslate2: the shipped translator against CTranslate2 on test2016",
     )
-    parser.add_argument("--limit", type=int, default=None, help="first N test2016 sentences")
-    parser.add_argument("--beam", type=int, default=5, help="beam size")
-    parser.add_argument("--batch-tokens", type=int, default=4000, help="source tokens per batch")
-    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
-    parser.add_argument("--sides", default="cached,recompute,hf", help="random suite: sides")
-    parser.add_argument("--rounds", type=int, default=3, help="ctranslate2 suite: rounds")
+    parser.add_argument(
+        "--limit", type=positive_int, default=None,
+        help="the first N test2016 sentences (default: all 1000)",
+    )  # fmt: skip
+    parser.add_argument("--beam", type=positive_int, default=5, help="beam size")
+    parser.add_argument(
+        "--batch-tokens", type=positive_int, default=4000, help="source tokens per batch"
+    )
+    parser.add_argument("--threads", type=thread_count, default=1, help="torch.set_num_threads")
+    parser.add_argument(
+        "--sides", type=names_from(RANDOM_SIDES), default=",".join(RANDOM_SIDES),
+        help=f"random suite: comma-separated sides, of {', '.join(RANDOM_SIDES)}",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rounds", type=positive_int, default=3, help="ctranslate2 suite: timed rounds"
+    )
     parser.add_argument("--model", default=None, help="ctranslate2 suite: model folder")
     parser.add_argument(
-        "--chunk", type=int, default=250, help="ctranslate2 suite: sentences per turn"
+        "--chunk", type=positive_int, default=250, help="ctranslate2 suite: sentences per turn"
     )
     args = parser.parse_args()
     if args.suite == "ctranslate2":
@@ -437,8 +457,7 @@ def random_suite(args: argparse.Namespace) -> None:
     train = load_named_corpus("multi30k", split="train", src_lang="de", tgt_lang="en")
     tokenizer = SubwordTokenizer.train(train.src + train.tgt, vocab_size=SIZE["vocab"])
     test = load_named_corpus("multi30k", split="test2016", src_lang="de", tgt_lang="en")
-    src_text = test.src[: args.limit] if args.limit else test.src
-    ref_text = test.tgt[: args.limit] if args.limit else test.tgt
+    src_text, ref_text = test.src[: args.limit], test.tgt[: args.limit]  # None: all
     sources = [[*ids, EOS] for ids in tokenizer.encode_batch(src_text)]
     length = round(sum(map(len, tokenizer.encode_batch(ref_text))) / len(ref_text))
     batches = make_batches(sources, args.batch_tokens)
@@ -458,8 +477,7 @@ def random_suite(args: argparse.Namespace) -> None:
         "attnkit, recompute prefix": ("recompute", attnkit_side(ours, length, args.beam, False)),
         "HF MarianMTModel.generate": ("hf", marian_side(hf, length, args.beam)),
     }
-    wanted = args.sides.split(",")
-    sides = {name: fn for name, (key, fn) in every.items() if key in wanted}
+    sides = {name: fn for name, (key, fn) in every.items() if key in args.sides}
     time_sides(sides, [(src[:2], mask[:2]) for src, mask in batches[-1:]])  # warm-up
     results = time_sides(sides, batches)
     print()

@@ -28,7 +28,15 @@ import time
 from pathlib import Path
 
 import torch
-from machine import argument_parser, cpu_name, load_average, usable_cores  # benchmarks/machine.py
+from machine import (  # benchmarks/machine.py
+    argument_parser,
+    cpu_name,
+    floats,
+    load_average,
+    positive_int,
+    thread_count,
+    usable_cores,
+)
 
 import attnkit.decoding.translate as translate_module
 from attnkit.cli import build_parser
@@ -54,15 +62,20 @@ def _timed_part(sources, _inner=translate_module._translate_part):
 
 def main() -> None:
     parser = argument_parser(__doc__)
-    parser.add_argument("--exponents", default="1.0,1.3", help="comma-separated")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of the sides taking turns")
-    parser.add_argument("--chunk", type=int, default=250, help="sentences per call")
-    parser.add_argument("--threads", type=int, default=2, help="evaluate's --threads")
+    parser.add_argument(
+        "--exponents", type=floats, default="1.0,1.3",
+        help="comma-separated exponents of a sentence's length, each once",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rounds", type=positive_int, default=5, help="rounds of the sides taking turns"
+    )
+    parser.add_argument("--chunk", type=positive_int, default=250, help="sentences per call")
+    parser.add_argument("--threads", type=thread_count, default=2, help="evaluate's --threads")
     parser.add_argument(
         "--model", default=None, help="a translation model folder (default: the shipped translator)"
     )
     args = parser.parse_args()
-    exponents = [float(x) for x in args.exponents.split(",")]
+    exponents = list(args.exponents)
     lines = load_named_corpus("multi30k", split="test2016", src_lang="de", tgt_lang="en").src
 
     # Patched before any worker is forked: the workers inherit the timed function, and the

@@ -45,25 +45,38 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import platform  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import numpy  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from machine import argument_parser, cpu_name, load_average, usable_cores  # noqa: E402  (benchmarks/machine.py)
+from machine import (  # noqa: E402  (benchmarks/machine.py)
+    argument_parser,
+    attnkit_commit,
+    cpu_name,
+    load_average,
+    names_from,
+    positive_int,
+    positive_ints,
+    thread_count,
+    usable_cores,
+)
 
 from attnkit.generation import GenerationConfig, generate  # noqa: E402
+from attnkit.generation.generate import positions_read  # noqa: E402
 from attnkit.models import GPT  # noqa: E402
 
 SHAPES = {
     "124M": dict(n_layer=12, n_embd=768, n_head=12),
     "small": dict(n_layer=4, n_embd=256, n_head=4),
 }
+CONTEXT = 1024  # GPT-2's positions (GPT2Config's default n_positions)
 # Recomputing the prefix at the 124M shape takes 25-50 s per 256-token call for one row on one
 # core, about 8 times that for 8 rows, so the recompute table has batch 8 for "small" only.
-RECOMPUTE_BATCHES = {"small": "1,8", "124M": "1"}
+RECOMPUTE_BATCHES = {"small": (1, 8), "124M": (1,)}
+DTYPES = ("float32", "bfloat16")
+MODES = ("greedy", "top-p")
 TOP_P = 0.9
 HF_TARGET = 1.5  # attnkit's tokens/s over Hugging Face's
 CACHE_TARGET = 5.0  # the KV cache's tokens/s over recomputing the prefix
@@ -87,16 +100,6 @@ def bf16_note() -> str:
     return f"bfloat16 EMULATED (no avx512_bf16/amx_bf16 on this CPU; oneDNN bf16 {onednn})"
 
 
-def attnkit_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return "?"
-    return out.stdout.strip() or "?"
-
-
 def machine_info() -> str:
     return (
         f"CPU {cpu_name()}; usable cores {usable_cores()}; load average {load_average():.1f}; "
@@ -115,10 +118,29 @@ def build_models(shape: str, dtype: torch.dtype, folder: str):
     return hf.to(dtype), GPT.from_pretrained(folder, dtype=dtype)
 
 
+def prompt_lengths(batch: int) -> list[int]:
+    """The prompts' lengths at ``batch`` rows: 16 for one row, else 8, 10, 12, ..."""
+    return [16] if batch == 1 else [8 + 2 * i for i in range(batch)]
+
+
 def make_prompts(batch: int) -> list[list[int]]:
     g = torch.Generator().manual_seed(1)
-    lengths = [16] if batch == 1 else [8 + 2 * i for i in range(batch)]
-    return [torch.randint(0, 50257, (n,), generator=g).tolist() for n in lengths]
+    return [torch.randint(0, 50257, (n,), generator=g).tolist() for n in prompt_lengths(batch)]
+
+
+def check_context(parser, new_tokens: int, batches, context: int) -> None:
+    """A usage error unless the longest prompt of ``batches`` and ``new_tokens`` fit the
+    models' ``context`` (the last new token is never fed back)."""
+    batch = max(batches, key=lambda b: max(prompt_lengths(b)))
+    longest = max(prompt_lengths(batch))
+    room = context - longest + 1
+    if positions_read(longest, new_tokens) > context:
+        expected = f"at most {room} new tokens" if room > 0 else "smaller batches"
+        parser.error(
+            f"argument --new-tokens: the longest prompt ({longest} tokens, at batch {batch}) "
+            f"and {new_tokens} new tokens overflow the context of {context} positions: "
+            f"expected {expected}"
+        )
 
 
 def left_padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -216,12 +238,12 @@ def compare_hf(args, folder: str) -> list[str]:
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     failures = []
-    for shape in args.shapes.split(","):
-        for dtype_name in args.dtypes.split(","):
+    for shape in args.shapes:
+        for dtype_name in args.dtypes:
             hf, gpt = build_models(shape, getattr(torch, dtype_name), folder)
-            for batch in map(int, args.batches.split(",")):
+            for batch in args.batches:
                 prompts = make_prompts(batch)
-                for mode in args.modes.split(","):
+                for mode in args.modes:
                     sides = {
                         "attnkit": attnkit_side(gpt, prompts, args.new_tokens, mode),
                         "hf": hf_side(hf, prompts, args.new_tokens, mode),
@@ -254,11 +276,10 @@ def compare_recompute(args, folder: str) -> list[str]:
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     failures = []
-    for shape in args.shapes.split(","):
-        for dtype_name in args.dtypes.split(","):
+    for shape in args.shapes:
+        for dtype_name in args.dtypes:
             _, gpt = build_models(shape, getattr(torch, dtype_name), folder)
-            batches = args.recompute_batches or RECOMPUTE_BATCHES[shape]
-            for batch in map(int, batches.split(",")):
+            for batch in args.recompute_batches or RECOMPUTE_BATCHES[shape]:
                 prompts = make_prompts(batch)
                 sides = {
                     "cache": attnkit_side(gpt, prompts, args.new_tokens, "greedy", True),
@@ -285,32 +306,48 @@ def compare_recompute(args, folder: str) -> list[str]:
 def main() -> None:
     parser = argument_parser(__doc__)
     parser.add_argument(
-        "--shapes", default="small,124M", help="comma-separated GPT-2 shapes: small, 124M"
+        "--shapes", type=names_from(SHAPES), default="small,124M",
+        help=f"comma-separated GPT-2 shapes, of {', '.join(SHAPES)}",
+    )  # fmt: skip
+    parser.add_argument(
+        "--dtypes", type=names_from(DTYPES), default=",".join(DTYPES),
+        help=f"comma-separated, of {', '.join(DTYPES)}",
+    )  # fmt: skip
+    parser.add_argument(
+        "--batches", type=positive_ints, default="1,8", help="comma-separated prompts per call"
     )
     parser.add_argument(
-        "--dtypes", default="float32,bfloat16", help="comma-separated: float32, bfloat16"
-    )
-    parser.add_argument("--batches", default="1,8", help="comma-separated prompts per call")
-    parser.add_argument("--modes", default="greedy,top-p", help="comma-separated: greedy, top-p")
-    parser.add_argument("--new-tokens", type=int, default=256, help="new tokens per row")
-    parser.add_argument("--rounds", type=int, default=3, help="timed calls per side and setting")
+        "--modes", type=names_from(MODES), default=",".join(MODES),
+        help=f"comma-separated, of {', '.join(MODES)}",
+    )  # fmt: skip
+    parser.add_argument("--new-tokens", type=positive_int, default=256, help="new tokens per row")
     parser.add_argument(
-        "--recompute-batches", help="batches of the recompute table (default: 1,8 small, 1 124M)"
+        "--rounds", type=positive_int, default=3, help="timed calls per side and setting"
     )
     parser.add_argument(
-        "--recompute-rounds", type=int, default=3, help="timed calls per side (recompute table)"
-    )
-    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+        "--recompute-batches", type=positive_ints,
+        help="comma-separated batches of the recompute table (default: 1,8 small, 1 124M)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--recompute-rounds", type=positive_int, default=3,
+        help="timed calls per side (recompute table)",
+    )  # fmt: skip
+    parser.add_argument("--threads", type=thread_count, default=1, help="torch.set_num_threads")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--hf-only", action="store_true", help="skip the recompute table")
     which.add_argument("--recompute-only", action="store_true", help="skip the HF table")
     args = parser.parse_args()
+    batches = () if args.recompute_only else args.batches
+    if not args.hf_only:
+        recompute = args.recompute_batches
+        batches += recompute or tuple(b for s in args.shapes for b in RECOMPUTE_BATCHES[s])
+    check_context(parser, args.new_tokens, batches, CONTEXT)
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     print(machine_info())
     print(
-        f"GPT-2 shapes {args.shapes} (vocab 50257, random weights), {args.new_tokens} new "
+        f"GPT-2 shapes {', '.join(args.shapes)} (vocab 50257, random weights), {args.new_tokens} new "
         f"tokens per row; a warm-up call, then {args.rounds} round(s) per setting "
         f"({args.recompute_rounds} for the recompute table), sides taking turns; medians\n"
     )

@@ -56,16 +56,27 @@ import time  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from generate import (  # noqa: E402  (benchmarks/generate.py: the shared timing and printing)
+    DTYPES,
     attnkit_side,
+    check_context,
     hf_side,
     machine_info,
+    prompt_lengths,
     same_tokens,
     summary,
     time_sides,
     verdict,
 )
-from machine import argument_parser, load_average  # noqa: E402
+from machine import (  # noqa: E402
+    argument_parser,
+    load_average,
+    names_from,
+    positive_int,
+    positive_ints,
+    thread_count,
+)
 
+from attnkit.cli.options import integer  # noqa: E402
 from attnkit.generation import GenerationConfig, generate_steps  # noqa: E402
 from attnkit.models import GPT, GPTConfig  # noqa: E402
 
@@ -88,7 +99,7 @@ HF_SHAPE = dict(
 
 def make_prompts(batch: int, *, length: int = 16) -> list[list[int]]:
     g = torch.Generator().manual_seed(1)
-    lengths = [length] if batch == 1 else [8 + 2 * i for i in range(batch)]
+    lengths = [length] if batch == 1 else prompt_lengths(batch)
     return [torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in lengths]
 
 
@@ -145,7 +156,7 @@ def compare_gqa(args) -> list[str]:
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     failures = []
-    for dtype_name in args.dtypes.split(","):
+    for dtype_name in args.dtypes:
         dtype = getattr(torch, dtype_name)
         models = {
             "MHA 8/8": gqa_model(8, args.gqa_layers, dtype),
@@ -205,9 +216,9 @@ def compare_hf(args, folder: str) -> list[str]:
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     failures = []
-    for dtype_name in args.dtypes.split(","):
+    for dtype_name in args.dtypes:
         hf, gpt = build_llama(getattr(torch, dtype_name), folder)
-        for batch in map(int, args.batches.split(",")):
+        for batch in args.batches:
             prompts = make_prompts(batch)
             sides = {
                 "attnkit": attnkit_side(gpt, prompts, args.new_tokens, "greedy"),
@@ -259,14 +270,24 @@ def main() -> None:
         help="gqa: GQA's cache and speed against MHA; hf: the Llama shape against LlamaForCausalLM.generate",
     )
     parser.add_argument(
-        "--dtypes", default="float32,bfloat16", help="comma-separated: float32, bfloat16"
+        "--dtypes", type=names_from(DTYPES), default=",".join(DTYPES),
+        help=f"comma-separated, of {', '.join(DTYPES)}",
+    )  # fmt: skip
+    parser.add_argument(
+        "--batches", type=positive_ints, default="1,8", help="part 2's comma-separated batch sizes"
     )
-    parser.add_argument("--batches", default="1,8", help="part 2's batch sizes")
-    parser.add_argument("--new-tokens", type=int, default=128, help="part 2's new tokens")
-    parser.add_argument("--gqa-layers", type=int, default=4, help="part 1's layers")
-    parser.add_argument("--gqa-new-tokens", type=int, default=128, help="part 1's new tokens")
-    parser.add_argument("--rounds", type=int, default=3, help="timed calls per side and setting")
-    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    parser.add_argument(
+        "--new-tokens", type=positive_int, default=128, help="part 2's new tokens per row"
+    )
+    parser.add_argument("--gqa-layers", type=positive_int, default=4, help="part 1's layers")
+    parser.add_argument(
+        "--gqa-new-tokens", type=integer(2, CONTEXT), default=128,
+        help=f"part 1's new tokens, 2 to {CONTEXT} (the decoding steps' speed needs two)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rounds", type=positive_int, default=3, help="timed calls per side and setting"
+    )
+    parser.add_argument("--threads", type=thread_count, default=1, help="torch.set_num_threads")
     parser.add_argument(
         "--profile", action="store_true", help="part 2: profile one call per side and batch"
     )
@@ -277,6 +298,8 @@ def main() -> None:
         "warm-up, compiles for 16-80 s)",
     )
     args = parser.parse_args()
+    if args.part in ("hf", "both"):
+        check_context(parser, args.new_tokens, args.batches, HF_SHAPE["max_position_embeddings"])
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()

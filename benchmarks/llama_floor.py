@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from generate import (  # benchmarks/generate.py (it keeps transformers offline)
     attnkit_side,
+    check_context,
     hf_side,
     machine_info,
     same_tokens,
@@ -36,7 +37,7 @@ from generate import (  # benchmarks/generate.py (it keeps transformers offline)
     time_sides,
 )
 from llama import HF_SHAPE, build_llama, make_prompts
-from machine import argument_parser
+from machine import argument_parser, positive_int, thread_count
 
 from attnkit.generation.packed import HALF_MIN_SIDE, float16_available, pack_float16
 from attnkit.hardware import cpu_attention_has_amx
@@ -152,11 +153,12 @@ def bare_side(bare: BareLlama, prompt: list[int], new_tokens: int):
 
 def main() -> None:
     parser = argument_parser(__doc__)
-    parser.add_argument("--rounds", type=int, default=5, help="timed calls per side")
-    parser.add_argument("--new-tokens", type=int, default=128, help="new tokens per call")
-    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    parser.add_argument("--rounds", type=positive_int, default=5, help="timed calls per side")
+    parser.add_argument("--new-tokens", type=positive_int, default=128, help="new tokens per call")
+    parser.add_argument("--threads", type=thread_count, default=1, help="torch.set_num_threads")
     parser.add_argument("--compile", action="store_true", help="add the compiled bare step")
     args = parser.parse_args()
+    check_context(parser, args.new_tokens, (1,), HF_SHAPE["max_position_embeddings"])
     torch.set_num_threads(args.threads)
     print(machine_info())
     prompts = make_prompts(1)

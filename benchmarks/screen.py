@@ -34,7 +34,15 @@ import time
 
 import torch
 import torch.nn.functional as F
-from machine import argument_parser, cpu_name, isa_caps, load_average, usable_cores
+from machine import (
+    argument_parser,
+    cpu_name,
+    isa_caps,
+    load_average,
+    positive_int,
+    thread_count,
+    usable_cores,
+)
 from torch import nn
 
 from attnkit.generation import GenerationConfig, generate, packed, screen
@@ -188,9 +196,11 @@ def main() -> None:
         default="both",
         help="layer: the output layer alone; generate: the Llama shape generating",
     )
-    parser.add_argument("--rounds", type=int, default=5, help="timed rounds per side")
-    parser.add_argument("--copies", type=int, default=8, help="part 1: copies of each layer")
-    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    parser.add_argument("--rounds", type=positive_int, default=5, help="timed rounds per side")
+    parser.add_argument(
+        "--copies", type=positive_int, default=8, help="part 1: copies of each layer"
+    )
+    parser.add_argument("--threads", type=thread_count, default=1, help="torch.set_num_threads")
     parser.add_argument("--compile", action="store_true", help="part 2: compiled steps")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

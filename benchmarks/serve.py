@@ -7,7 +7,10 @@ beam 5) answers, in order:
 2. concurrent: the same sentences from ``--clients`` (64) concurrent clients, one sentence a
    request, each client sending its next sentence when its answer comes;
 3. overload: ``--overload-clients`` (256) clients, more than the queue holds
-   (``--max-queue``, 64 texts), send ``--overload-requests`` requests: the answers must be 200
+   (``--max-queue``, 64 texts), send ``--overload-requests`` requests: there must be 503s
+   (each client has one one-text request in flight, and the texts of the batch being decoded
+   have left the queue, so the overload needs well more clients and requests than
+   ``--max-queue``; settings with no more than it are refused), the answers must be 200
    or 503 with Retry-After, the server must stay up, and its memory (RSS, sampled every
    50 ms) must come back to its level before the overload (within max(32 MiB, 10%), 5 s
    after);
@@ -20,6 +23,8 @@ a text's translation does not depend on the texts batched with it, unlike bfloat
 and errors. Throughput = sentences / wall-clock seconds of a step; latency percentiles are per
 request (send to answer). Bounded: every request has a timeout, every step a budget
 (``--max-seconds`` in all), and the server is stopped (SIGTERM, then SIGKILL) at the end.
+The last lines judge the run: each criterion with what the run did, then RESULT: ok or FAIL
+(naming the criteria not met).
 
     python benchmarks/serve.py                       # all 1000 sentences, 64 clients
     python benchmarks/serve.py --sentences 200 --overload-requests 500   # a quick look
@@ -43,14 +48,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from machine import argument_parser, cpu_name, load_average, usable_cores  # benchmarks/machine.py
+from machine import (  # benchmarks/machine.py
+    argument_parser,
+    cpu_name,
+    load_average,
+    positive_float,
+    positive_int,
+    thread_count,
+    usable_cores,
+)
 
+from attnkit.cli.options import real
 from attnkit.data import load_named_corpus
 from attnkit.serve.settings import DTYPES  # the server's --dtype choices
 
 BEAM = 5
 SETTLE_SECONDS = 5.0  # after the overload, before its memory is read again
 MEMORY_SLACK_MIB = 32  # "back to its level": within max(32 MiB, 10%) of the RSS before
+THROUGHPUT_TARGET = 3.0  # concurrent clients' sentences/s over one request at a time
 
 
 @dataclass
@@ -230,34 +245,96 @@ def report(step: Step, sentences: int | None = None) -> None:
         print(f"    error: {err}")
 
 
+def criteria(
+    steps: list[Step],
+    *,
+    ratio: float,
+    clients: int,
+    alive: bool,
+    memory: tuple[float, float],
+    sentences: int,
+) -> list[tuple[str, str, bool]]:
+    """Each criterion of the run: (what it asks, what the run did, whether it is met).
+    ``steps``: serial, concurrent, overload and after; ``memory``: the server's RSS (MiB)
+    before the overload and SETTLE_SECONDS after it."""
+    overload, after = steps[2], steps[3]
+    errors = sum(len(s.errors) for s in steps)
+    mismatches = sum(s.mismatches for s in steps)
+    per_step = ", ".join(f"{s.name} {len(s.errors)}/{s.mismatches}" for s in steps)
+    refused, sent = overload.statuses.get(503, 0), sum(overload.statuses.values())
+    before, later = memory
+    slack = max(MEMORY_SLACK_MIB, 0.1 * before)
+    return [
+        (f"throughput >= {THROUGHPUT_TARGET:g}x", f"{clients} clients / one at a time = "
+         f"{ratio:.2f}x", ratio >= THROUGHPUT_TARGET),
+        ("0 errors and 0 mismatches", f"{errors} errors, {mismatches} mismatches (errors/"
+         f"mismatches: {per_step})", errors == 0 and mismatches == 0),
+        ("503s under overload", f"{refused} of {sent} answered overload requests refused",
+         refused > 0),
+        ("server alive", "alive" if alive else "exited", alive),
+        (f"memory back within {slack:.0f} MiB", f"{later:.0f} MiB {SETTLE_SECONDS:g} s after "
+         f"the overload, {before:.0f} MiB before ({later - before:+.0f} MiB)",
+         later <= before + slack),
+        ("every sentence answered after", f"{after.answered} of {sentences} answered",
+         after.answered == sentences),
+    ]  # fmt: skip
+
+
+def verdict(judged: list[tuple[str, str, bool]]) -> list[str]:
+    """The lines that end the output: every criterion, then RESULT naming the ones not met."""
+    lines = [f"{'met' if ok else 'NOT MET'}: {asked}: {did}" for asked, did, ok in judged]
+    failed = [asked for asked, _, ok in judged if not ok]
+    if failed:
+        return [*lines, f"RESULT: FAIL ({len(failed)} not met: {'; '.join(failed)})"]
+    return [*lines, f"RESULT: ok ({', '.join(asked for asked, _, _ in judged)})"]
+
+
 def main() -> int:
     parser = argument_parser(__doc__)
     parser.add_argument(
-        "--sentences", type=int, default=1000, help="test2016 sentences (1000: all)"
-    )
+        "--sentences", type=positive_int, default=1000,
+        help="the first N test2016 sentences (1000: all)",
+    )  # fmt: skip
     parser.add_argument(
-        "--clients", type=int, default=64, help="concurrent clients of the throughput test"
-    )
-    parser.add_argument("--max-queue", type=int, default=64, help="the server's queue (texts)")
+        "--clients", type=positive_int, default=64,
+        help="concurrent clients of the throughput test",
+    )  # fmt: skip
     parser.add_argument(
-        "--max-wait-ms",
-        type=float,
-        default=10.0,
+        "--max-queue", type=positive_int, default=64,
+        help="the server's queue (texts waiting for a batch; beyond it: 503)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-wait-ms", type=real(0, 60_000), default=10.0,
         help="the server's --max-wait-ms (how long a batch waits to fill)",
-    )
+    )  # fmt: skip
     parser.add_argument(
-        "--overload-clients", type=int, default=256, help="concurrent clients of the overload test"
-    )
+        "--overload-clients", type=positive_int, default=256,
+        help="concurrent clients of the overload test, each with one one-text request in "
+        "flight: more than --max-queue, or no request is refused (the texts being decoded "
+        "have left the queue, so well more: 4x by default)",
+    )  # fmt: skip
     parser.add_argument(
-        "--overload-requests", type=int, default=2000, help="requests of the overload test"
-    )
+        "--overload-requests", type=positive_int, default=2000,
+        help="requests of the overload test: more than --max-queue, as --overload-clients",
+    )  # fmt: skip
     parser.add_argument(
         "--dtype", choices=DTYPES, default="float32",
         help="the server's and the offline translation's --dtype",
     )  # fmt: skip
-    parser.add_argument("--threads", type=int, default=None, help="the server's torch threads")
-    parser.add_argument("--max-seconds", type=float, default=1800, help="budget of the whole run")
+    parser.add_argument(
+        "--threads", type=thread_count, default=None, help="the server's torch threads"
+    )
+    parser.add_argument(
+        "--max-seconds", type=positive_float, default=1800, help="budget of the whole run"
+    )
     args = parser.parse_args()
+    for flag in ("overload_clients", "overload_requests"):
+        if getattr(args, flag) <= args.max_queue:
+            parser.error(
+                f"argument --{flag.replace('_', '-')}: {getattr(args, flag)} cannot fill the "
+                f"server's queue of {args.max_queue} texts (--max-queue), so no request would "
+                f"be refused: expected more than {args.max_queue}"
+            )
     started = time.monotonic()
 
     def budget() -> float:
@@ -275,7 +352,6 @@ def main() -> int:
           f"(process start and model load included)")  # fmt: skip
 
     server = Server(args)
-    failed = False
     try:
         jobs = range(len(sentences))
         warm = Step("warm-up")
@@ -286,8 +362,12 @@ def main() -> int:
         concurrent = Step("concurrent")
         asyncio.run(drive(server.url, jobs, expected, args.clients, concurrent, budget(), 300))
         report(concurrent)
-        ratio = (concurrent.answered / concurrent.seconds) / (serial.answered / serial.seconds)
-        print(f"throughput: {args.clients} clients / one at a time = {ratio:.2f}x (target >= 3x)")
+        one_at_a_time = serial.answered / serial.seconds if serial.answered else 0.0
+        ratio = concurrent.answered / concurrent.seconds / one_at_a_time if one_at_a_time else 0.0
+        print(
+            f"throughput: {args.clients} clients / one at a time = {ratio:.2f}x "
+            f"(target >= {THROUGHPUT_TARGET:g}x)"
+        )
 
         time.sleep(1.0)
         before = server.rss_mib()
@@ -301,32 +381,22 @@ def main() -> int:
         time.sleep(SETTLE_SECONDS)
         after_rss = server.rss_mib()
         peak = max(memory.samples, default=float("nan"))
-        memory_back = after_rss <= before + max(MEMORY_SLACK_MIB, 0.1 * before)
         print(f"memory (RSS): {before:.0f} MiB before the overload, peak {peak:.0f} MiB, "
-              f"{after_rss:.0f} MiB {SETTLE_SECONDS:.0f} s after ({after_rss - before:+.0f} MiB; "
-              f"back to its level: {memory_back}); server alive: {server.alive()}")  # fmt: skip
+              f"{after_rss:.0f} MiB {SETTLE_SECONDS:.0f} s after ({after_rss - before:+.0f} MiB); "
+              f"server alive: {server.alive()}")  # fmt: skip
         after = Step("after")
         asyncio.run(drive(server.url, jobs, expected, args.clients, after, budget(), 300))
         report(after)
-        refused = overload.statuses.get(503, 0)
-        failed = bool(
-            serial.errors or concurrent.errors or after.errors or overload.errors
-            or serial.mismatches or concurrent.mismatches or overload.mismatches
-            or after.mismatches or not server.alive() or refused == 0
-            or after.answered != len(sentences) or not memory_back or ratio < 3
+        judged = criteria(
+            [serial, concurrent, overload, after], ratio=ratio, clients=args.clients,
+            alive=server.alive(), memory=(before, after_rss), sentences=len(sentences),
         )  # fmt: skip
     finally:
         status = server.stop()
         print(f"server stopped with SIGTERM: exit status {status}; load average "
               f"{load_average():.2f} at the end; {time.monotonic() - started:.0f} s in all")  # fmt: skip
-    print(
-        "RESULT:",
-        "FAIL"
-        if failed
-        else "ok (>= 3x, 0 errors, 0 mismatches, 503s under "
-        "overload, memory back, normal answers after)",
-    )
-    return 1 if failed else 0
+    print("\n".join(verdict(judged)))
+    return 0 if all(ok for _, _, ok in judged) else 1
 
 
 if __name__ == "__main__":

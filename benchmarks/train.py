@@ -69,14 +69,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import (  # noqa: E402
     add_config_arguments,
     argument_parser,
+    check_steps,
     cpu_name,
     isa_caps,
     load_average,
+    names_from,
+    non_negative_int,
+    positive_int,
+    split_evenly,
+    threads_or_zero,
     usable_cores,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDES = ("attnkit", "attnkit-matched", "torch.nn")
+AUTOCAST = ("auto", "bf16", "fp16", "none")  # attnkit.training.precision.resolve_autocast's
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
 
 
@@ -214,13 +221,31 @@ def machine_info(threads: int, autocast: str, dtype: torch.dtype | None) -> str:
 def parse_args() -> argparse.Namespace:
     parser = argument_parser(__doc__)
     add_config_arguments(parser, str(ROOT / "configs" / "multi30k_de_en.toml"))
-    parser.add_argument("--steps", type=int, default=20, help="timed steps per side")
-    parser.add_argument("--rounds", type=int, default=5, help="alternations of the sides")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per side")
-    parser.add_argument("--autocast", default=None, help="auto|bf16|fp16|none (default: config)")
-    parser.add_argument("--threads", type=int, default=0, help="0 = usable cores")
-    parser.add_argument("--tokenizer", default="", help="reuse a tokenizer.json (skips BPE)")
-    parser.add_argument("--sides", default=",".join(SIDES), help=f"some of {','.join(SIDES)}")
+    parser.add_argument(
+        "--steps", type=positive_int, default=20,
+        help="timed steps per side, shared among the rounds as evenly as possible (at least "
+        "one a round)",
+    )  # fmt: skip
+    parser.add_argument("--rounds", type=positive_int, default=5, help="alternations of the sides")
+    parser.add_argument(
+        "--warmup",
+        type=non_negative_int,
+        default=3,
+        help="untimed steps per side (0: the first timed steps run cold)",
+    )
+    parser.add_argument(
+        "--autocast", choices=AUTOCAST, default=None, help="autocast (default: the config's)"
+    )
+    parser.add_argument("--threads", type=threads_or_zero, default=0, help="0 = usable cores")
+    parser.add_argument(
+        "--tokenizer",
+        default=None,
+        help="reuse a tokenizer.json (default: train the config's, BPE)",
+    )
+    parser.add_argument(
+        "--sides", type=names_from(SIDES), default=",".join(SIDES),
+        help=f"comma-separated, some of {', '.join(SIDES)}",
+    )  # fmt: skip
     parser.add_argument(
         "--matched-dropout",
         type=float,
@@ -231,19 +256,10 @@ def parse_args() -> argparse.Namespace:
         "--plain-norm-first", action="store_true", help="torch.nn side pre-LN (default post-LN)"
     )
     args = parser.parse_args()
-    sides = tuple(args.sides.split(","))
-    unknown = [s for s in sides if s not in SIDES]
-    if unknown or not sides:
-        parser.error(f"--sides: expected some of {', '.join(SIDES)}, got {args.sides!r}")
-    args.sides = sides
-    for name in ("steps", "rounds"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name}: expected a positive integer, got {getattr(args, name)}")
-    if args.steps < args.rounds:
-        parser.error(f"--steps {args.steps}: expected at least one step per round ({args.rounds})")
+    check_steps(parser, args.steps, args.rounds)
     if not 0.0 <= args.matched_dropout < 1.0:
         parser.error(
-            f"--matched-dropout: expected a probability in [0, 1), got {args.matched_dropout}"
+            f"argument --matched-dropout: expected a probability in [0, 1), got {args.matched_dropout}"
         )
     return args
 
@@ -287,9 +303,13 @@ def main() -> int:
     collate = Collator.for_tokenizer(  # padded as the trainer pads them (data.pad_multiple)
         tokenizer, pad_multiple=config.data.pad_multiple, max_width=model_cfg.max_len
     )
-    per_round = args.steps // args.rounds
-    needed = args.warmup + per_round * args.rounds
+    needed = args.warmup + args.steps
     batches = [collate([pairs[i] for i in idx]) for idx in itertools.islice(sampler, needed)]
+    if len(batches) < needed:
+        raise SystemExit(
+            f"an epoch of {config.data.max_tokens}-token batches has {len(batches)} batches; "
+            f"--warmup {args.warmup} and --steps {args.steps} need {needed}"
+        )
 
     p = args.matched_dropout
     matched_cfg = replace(model_cfg, dropout=p, attn_dropout=p, ffn_dropout=p)
@@ -335,8 +355,7 @@ def main() -> int:
     seconds = {name: [] for name in sides}
     peaks, tokens, flops = [], [], []
     names = list(sides)
-    for r in range(args.rounds):
-        chunk = timed[r * per_round : (r + 1) * per_round]
+    for r, chunk in enumerate(split_evenly(timed, args.rounds)):
         tokens.append(sum(b.num_tgt_tokens for b in chunk))
         flops.append(sum(model_flops(b, model_cfg) for b in chunk))
         peak = []

@@ -56,7 +56,19 @@ from attnkit.training.lm import LMLoss
 from attnkit.training.precision import autocast_context, cpu_has_fast_bf16, resolve_autocast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import add_config_arguments, argument_parser, cpu_name, load_average, usable_cores  # noqa: E402
+from machine import (  # noqa: E402
+    add_config_arguments,
+    argument_parser,
+    check_steps,
+    cpu_name,
+    load_average,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+    split_evenly,
+    threads_or_zero,
+    usable_cores,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -170,8 +182,7 @@ def throughput(args, config: TrainConfig, tokenizer: GPTTokenizer, train_ids: Te
     windows = RandomWindows(
         train_ids, context=m.context_length, batch_size=config.data.batch_size, seed=0
     )
-    per_round = max(1, args.steps // args.rounds)
-    batches = [windows.batch(0, i) for i in range(args.warmup + per_round * args.rounds)]
+    batches = [windows.batch(0, i) for i in range(args.warmup + args.steps)]
     torch.manual_seed(0)
     gpt = GPT(m)
     torch.manual_seed(0)
@@ -211,8 +222,7 @@ def throughput(args, config: TrainConfig, tokenizer: GPTTokenizer, train_ids: Te
             step(batch)
     seconds = {name: [] for name in sides}
     timed = batches[args.warmup :]
-    for r in range(args.rounds):
-        chunk = timed[r * per_round : (r + 1) * per_round]
+    for r, chunk in enumerate(split_evenly(timed, args.rounds)):
         for name in list(sides) if r % 2 == 0 else list(sides)[::-1]:
             start = time.perf_counter()
             for batch in chunk:
@@ -220,7 +230,7 @@ def throughput(args, config: TrainConfig, tokenizer: GPTTokenizer, train_ids: Te
             seconds[name].append(time.perf_counter() - start)
         print(
             f"round {r + 1}/{args.rounds}: "
-            + ", ".join(f"{n} {per_round * tokens / seconds[n][-1]:.0f} tok/s" for n in sides),
+            + ", ".join(f"{n} {len(chunk) * tokens / seconds[n][-1]:.0f} tok/s" for n in sides),
             flush=True,
         )
     rate = {n: len(timed) * tokens / sum(s) for n, s in seconds.items()}
@@ -291,17 +301,29 @@ def budget(args, config: TrainConfig, val: str) -> None:
 def main() -> int:
     parser = argument_parser(__doc__)
     add_config_arguments(parser, str(ROOT / "configs" / "shakespeare_char_gpt.toml"))
-    parser.add_argument("--steps", type=int, default=20, help="timed steps per side")
-    parser.add_argument("--rounds", type=int, default=4, help="alternations of the two sides")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per side")
-    parser.add_argument("--threads", type=int, default=0, help="0 = the usable cores")
+    parser.add_argument(
+        "--steps", type=positive_int, default=20,
+        help="timed steps per side, shared among the rounds as evenly as possible (at least "
+        "one a round)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rounds", type=positive_int, default=4, help="alternations of the two sides"
+    )
+    parser.add_argument(
+        "--warmup",
+        type=non_negative_int,
+        default=2,
+        help="untimed steps per side (0: the first timed steps run cold)",
+    )
+    parser.add_argument("--threads", type=threads_or_zero, default=0, help="0 = the usable cores")
     parser.add_argument(
         "--budget-minutes",
-        type=float,
+        type=non_negative_float,
         default=0.0,
         help="minutes each side trains its own recipe, then both are scored (0: the step comparison only)",
     )
     args = parser.parse_args()
+    check_steps(parser, args.steps, args.rounds)
 
     config = TrainConfig.from_toml(args.config, args.overrides)
     if config.task != "lm":
