@@ -75,3 +75,24 @@ def test_rope_plot_draws_each_pair_before_and_after_its_rotation(tmp_path, monke
         torch.tensor(lines["key 0 after"].get_xydata()),
         torch.tensor(lines["key 0 before"].get_xydata()),
     )
+
+
+def test_rope_plot_of_chinese_words_takes_a_cjk_font(tmp_path, monkeypatch):
+    """The rotation panels drew Chinese words as boxes, with one warning a character, though
+    a CJK font was installed: they go through the heatmap's fonts_for and render."""
+    from matplotlib.figure import Figure
+
+    saved = []
+    real = Figure.savefig
+
+    def spy(self, *args, **kwargs):
+        saved.append(self)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    monkeypatch.setattr(plots, "CJK_FONTS", ("DejaVu Serif",))  # stands for one, installed
+    out = tmp_path / "rope.png"
+    assert main(["walkthrough", "太阳 从 东方 升起", "--rope", "--plot", str(out)]) == 0
+    (fig,) = saved
+    labels = [t for ax in fig.axes for t in ax.texts if "太阳" in t.get_text()]
+    assert labels and all(t.get_fontfamily() == ["sans-serif", "DejaVu Serif"] for t in labels)

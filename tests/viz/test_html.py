@@ -170,7 +170,9 @@ def test_what_is_not_a_capture_is_named():
 
 def test_write_html_refuses_an_image_name(translation_maps, tmp_path):
     """It wrote the HTML page into x.png, which no image viewer opens."""
-    with pytest.raises(ValueError, match=r"^out: expected a file ending in .html, got '.*x.png'"):
+    with pytest.raises(
+        ValueError, match=r"^out: expected a file ending in .html or .htm, got '.*x.png'"
+    ):
         write_html(translation_maps, tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
     assert write_html(translation_maps, tmp_path / "x.HTML").is_file()

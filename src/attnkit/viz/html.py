@@ -96,7 +96,7 @@ def render_html(
     layer = maps.num_layers(kind) - 1 if layer is None else layer
     maps.select(kind, layer, head)  # validates all three, naming the valid ranges
     if title is None:
-        title = _TITLES[maps.model_type]
+        title = _TITLES.get(maps.model_type, "Attention")
     subtitle = maps.source if maps.target is None else f"{maps.source} \u2192 {maps.target}"
     data = {
         "title": title,
@@ -124,7 +124,7 @@ def write_html(maps: AttentionMaps, out: str | os.PathLike[str], **kwargs) -> Pa
     """
     if os.path.splitext(os.fspath(out))[1].lower() not in (".html", ".htm"):
         raise ValueError(
-            f"out: expected a file ending in .html, got {os.fspath(out)!r} (images: "
+            f"out: expected a file ending in .html or .htm, got {os.fspath(out)!r} (images: "
             "attnkit.viz.heatmap, head_grid, alignment)"
         )
     return write_file(out, render_html(maps, **kwargs))

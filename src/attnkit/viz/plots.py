@@ -16,6 +16,7 @@ Colours run from white (0) to dark blue (the largest weight shown), with a colou
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import logging
@@ -23,7 +24,7 @@ import math
 import os
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -130,8 +131,8 @@ def _fit(fig: Figure) -> None:
     for ax in fig.axes:
         ax.tick_params(labelsize=size)
     logger.warning(
-        "the figure would be %.0f x %.0f inches; drawn at %.0f x %.0f with %.1f-point labels "
-        "(draw one head, or write .html, to read every token)",
+        "the figure would be %.0f x %.0f inches; drawn at %.0f x %.0f with %.1f-point labels, "
+        "which may overlap (fewer tokens, or one head, draw larger)",
         width, height, width * scale, height * scale, size,
     )  # fmt: skip
 
@@ -148,37 +149,70 @@ def _save(fig: Figure, out: str | os.PathLike[str] | None) -> Figure:
             fmt = matplotlib.rcParams["savefig.format"]
             name = f"{name}.{fmt}"
         image = io.BytesIO()
-        _render(fig, image, fmt)
+        render(fig, image, fmt)
         write_file(name, image.getvalue())
     return fig
 
 
-def _sans_serif() -> list[str]:
-    """The installed ones of matplotlib's sans-serif families, then of :data:`CJK_FONTS`."""
+def _cjk_fonts() -> list[str]:
+    """The installed ones of :data:`CJK_FONTS`."""
     installed = {font.name for font in matplotlib.font_manager.fontManager.ttflist}
-    return [f for f in (*matplotlib.rcParams["font.sans-serif"], *CJK_FONTS) if f in installed]
+    return [f for f in CJK_FONTS if f in installed]
+
+
+def _has_cjk(text: str) -> bool:
+    """Whether ``text`` holds a Chinese, Japanese or Korean character (CJK radicals to Hangul,
+    the compatibility ideographs and forms, the supplementary ideographs)."""
+    return any(
+        "\u2e80" <= c <= "\ud7af" or "\uf900" <= c <= "\ufaff" or "\ufe30" <= c <= "\ufe4f"
+        or "\U00020000" <= c <= "\U0003134f"
+        for c in text
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def fonts_for(texts: Iterable[str]) -> Iterator[None]:
+    """Figures made inside draw ``texts`` (their labels) with the families the caller set,
+    then an installed CJK font (:data:`CJK_FONTS`) when a text holds a Chinese, Japanese or
+    Korean character: matplotlib's own fonts have none, and its font fallback takes a
+    character the first family lacks from the next. Texts keep the family they were made
+    with, so the figures are made inside. Without such a character nothing changes."""
+    fonts = _cjk_fonts() if any(_has_cjk(t) for t in texts) else []
+    if not fonts:
+        yield
+        return
+    font_log = logging.getLogger("matplotlib.font_manager")
+    level = font_log.level
+    font_log.setLevel(logging.ERROR)  # "findfont: Failed to find font weight normal ..."
+    try:
+        with matplotlib.rc_context({"font.family": [*matplotlib.rcParams["font.family"], *fonts]}):
+            yield
+    finally:
+        font_log.setLevel(level)
+
+
+def _labels(values: Iterable[object]) -> Iterator[str]:
+    """The strs among ``values`` and in the sequences among them (a drawing's labels)."""
+    for value in values:
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, Sequence):
+            yield from (v for v in value if isinstance(v, str))
 
 
 def _with_fonts(draw):
-    """Runs ``draw`` with :func:`_sans_serif` as the font family list, so that a character
-    the first font lacks (Chinese in DejaVu Sans) is drawn from the next that has it
-    (matplotlib's font fallback; set before the texts are made, which keep their family)."""
+    """Runs ``draw`` inside :func:`fonts_for` its labels (every str argument, and the strs
+    of every sequence argument: tokens, title)."""
 
     @functools.wraps(draw)
     def drawn(*args, **kwargs):
-        font_log = logging.getLogger("matplotlib.font_manager")
-        level = font_log.level
-        font_log.setLevel(logging.ERROR)  # "findfont: Failed to find font weight normal ..."
-        try:
-            with matplotlib.rc_context({"font.family": _sans_serif()}):
-                return draw(*args, **kwargs)
-        finally:
-            font_log.setLevel(level)
+        with fonts_for(list(_labels([*args, *kwargs.values()]))):
+            return draw(*args, **kwargs)
 
     return drawn
 
 
-def _render(fig: Figure, image: io.BytesIO, fmt: str) -> None:
+def render(fig: Figure, image: io.BytesIO, fmt: str) -> None:
     """``fig.savefig`` into ``image``; characters no installed font has are told in one
     warning (they are drawn as boxes), instead of matplotlib's warning a character."""
     with warnings.catch_warnings(record=True) as caught:
@@ -196,7 +230,7 @@ def _render(fig: Figure, image: io.BytesIO, fmt: str) -> None:
     if missing:
         logger.warning(
             "%d character(s) of the labels are in no installed font and are drawn as boxes: "
-            "%s; install a font that has them (Chinese: Debian's fonts-noto-cjk), or write .html",
+            "%s; install a font that has them (Chinese: Debian's fonts-noto-cjk)",
             len(missing), " ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""),
         )  # fmt: skip
 

@@ -326,7 +326,17 @@ def _plot_rotation(r, tokens: list[str], out: str) -> None:
     from attnkit.files import write_file
 
     figure = require("matplotlib.figure", extra="plot", feature="attnkit walkthrough --plot")
-    fig = figure.Figure(figsize=(11, 5.5), layout="constrained")
+    from attnkit.viz.plots import fonts_for, render
+
+    image = io.BytesIO()
+    with fonts_for(tokens):  # Chinese words drawn from a CJK font, as the heatmap's
+        fig = _rotation_figure(figure.Figure(figsize=(11, 5.5), layout="constrained"), r, tokens)
+        render(fig, image, os.path.splitext(out)[1][1:].lower())
+    write_file(out, image.getvalue())
+
+
+def _rotation_figure(fig, r, tokens: list[str]):
+    """:func:`_plot_rotation`'s two panels drawn into ``fig``."""
     colors = [f"C{i % 10}" for i in range(len(tokens))]
     for ax, kind, plural, before, after in (
         (fig.add_subplot(1, 2, 1), "query", "queries", r.queries, r.rotated_queries),
@@ -353,6 +363,4 @@ def _plot_rotation(r, tokens: list[str], out: str) -> None:
             rf"$\theta_{{{r.pair}}} = {float(r.theta[r.pair]):.4g}$"
         )
     fig.suptitle("RoPE: token m turned by m theta; dashed before, solid after the rotation")
-    image = io.BytesIO()
-    fig.savefig(image, format=os.path.splitext(out)[1][1:].lower(), dpi=150, bbox_inches="tight")
-    write_file(out, image.getvalue())
+    return fig
