@@ -316,21 +316,27 @@ def test_every_timed_step_is_in_a_round(steps, rounds, sizes):
 
 
 def test_the_commit_is_the_scripts_repository_s_from_any_directory(tmp_path, monkeypatch):
+    """The header's commit is the checkout whose top holds the scripts, not the one the
+    command runs in (a checkout made here: the test needs git, not this repository's .git)."""
     import shutil
     import subprocess
 
     if shutil.which("git") is None:
-        pytest.skip("no git")
-    head = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    )
-    if head.returncode != 0:
-        pytest.skip("the repository is not a git checkout here")
+        pytest.skip("needs the git program")
+    repo = tmp_path / "repo"
+    (repo / "benchmarks").mkdir(parents=True)
+    (repo / "benchmarks" / "x.py").write_text("")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "x"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    monkeypatch.chdir(other)  # run from outside any checkout
     m = _machine()
-    monkeypatch.chdir(tmp_path)  # not a git checkout
-    assert m.attnkit_commit() == head.stdout.strip()
-    assert m.attnkit_commit(tmp_path) == "unknown"
-    assert m.attnkit_commit(ROOT / "benchmarks") == "unknown"  # inside a checkout, not its top
+    assert m.attnkit_commit(repo) == head.stdout.strip()
+    assert m.attnkit_commit(other) == "unknown"
+    assert m.attnkit_commit(repo / "benchmarks") == "unknown"  # inside a checkout, not its top
     assert m.attnkit_commit(tmp_path / "missing") == "unknown"
 
 
