@@ -43,17 +43,23 @@ def test_plot_needs_an_image_extension(tmp_path, capsys, name):
     assert captured.out == ""  # checked before anything is printed
 
 
-def test_rope_plot_draws_each_pair_before_and_after_its_rotation(tmp_path, monkeypatch, capsys):
+@pytest.fixture
+def saved(monkeypatch):
+    """The figures saved while a test runs (Figure.savefig spied on), in order."""
     from matplotlib.figure import Figure
 
-    saved = []
+    figures = []
     real = Figure.savefig
 
     def spy(self, *args, **kwargs):
-        saved.append(self)
+        figures.append(self)
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(Figure, "savefig", spy)
+    return figures
+
+
+def test_rope_plot_draws_each_pair_before_and_after_its_rotation(tmp_path, capsys, saved):
     out = tmp_path / "rope.png"
     assert main(["walkthrough", "The sun rises in the east", "--rope", "--plot", str(out)]) == 0
     assert f"Pair 0 of every query and key drawn to {out}" in capsys.readouterr().out
@@ -77,19 +83,9 @@ def test_rope_plot_draws_each_pair_before_and_after_its_rotation(tmp_path, monke
     )
 
 
-def test_rope_plot_of_chinese_words_takes_a_cjk_font(tmp_path, monkeypatch):
+def test_rope_plot_of_chinese_words_takes_a_cjk_font(tmp_path, monkeypatch, saved):
     """The rotation panels drew Chinese words as boxes, with one warning a character, though
     a CJK font was installed: they go through the heatmap's fonts_for and render."""
-    from matplotlib.figure import Figure
-
-    saved = []
-    real = Figure.savefig
-
-    def spy(self, *args, **kwargs):
-        saved.append(self)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", spy)
     monkeypatch.setattr(plots, "CJK_FONTS", ("DejaVu Serif",))  # stands for one, installed
     out = tmp_path / "rope.png"
     assert main(["walkthrough", "太阳 从 东方 升起", "--rope", "--plot", str(out)]) == 0
